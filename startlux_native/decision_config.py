@@ -96,8 +96,10 @@ def load_decision_config(folder: str | Path) -> DecisionConfig:
     if not isinstance(wide_raw, dict):
         raise CheckpointError(f"{path}: wide_choice must be an object")
     group, keep = wide_raw.get("group", 25), wide_raw.get("keep", 3)
-    if not (isinstance(group, int) and 2 <= group <= 26 and isinstance(keep, int) and 1 <= keep <= group):
-        raise CheckpointError(f"{path}: wide_choice needs 2 <= group <= 26 and 1 <= keep <= group")
+    # keep < group, or a round never narrows the field and wide choice would not terminate
+    if not (isinstance(group, int) and 2 <= group <= 26 and isinstance(keep, int) and 1 <= keep < group):
+        raise CheckpointError(f"{path}: wide_choice needs 2 <= group <= 26 and 1 <= keep < group, "
+                              f"got group={group!r}, keep={keep!r}")
     residual = wide_raw.get("residual", 1e-3)
     if not isinstance(residual, int | float) or not (0 < residual < 1):
         raise CheckpointError(f"{path}: wide_choice.residual must be in (0, 1), got {residual!r}")
