@@ -53,7 +53,7 @@ def measure_ceilings() -> dict:
     gemm_s = timed(lambda: torch.matmul(a, b), 10)
     out = {"copy_bytes_per_s": 2 * src.numel() * 2 / copy_s, "gemm_flops_per_s": 2 * 8192**3 / gemm_s,
            "gpu": torch.cuda.get_device_name()}
-    del src, dst, a, b
+    src = dst = a = b = None  # free before empty_cache (rebinding, not del: the lambdas above read these)
     torch.cuda.empty_cache()
     return out
 
@@ -63,7 +63,7 @@ def model_cost(ckpt, length: int) -> tuple[int, float]:
     cfg = ckpt.config
     weight_bytes = 0
     linear_params = 0
-    for name in ckpt.tensor_names():
+    for name in ckpt.names():
         if name.startswith("embed_tokens") or name.startswith("lm_head"):
             continue
         arr = ckpt.raw(name)
