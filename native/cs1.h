@@ -104,9 +104,10 @@ int cs1_gated_rms_norm(const void *x, const void *z, int64_t ldz, const float *w
                        void *out, int64_t T, int64_t H, int64_t D, float eps, void *stream);
 
 /* ---- gated DeltaNet ---------------------------------------------------------------------------------- */
-/* depthwise causal conv1d (kernel 4, no bias) + SiLU over the first `channels` columns of qkv (rows of ld):
- * out[t, c] = bf16(silu(bf16(sum_j w[c, j] * x[t - 3 + j, c]))), x[t'] = 0 when positions[t] < 3 - j
- * (history never crosses a prompt start). w bf16 [channels, 4]. out [T, channels]. */
+/* depthwise causal conv1d (kernel 4, no bias) + SiLU over the first `channels` columns of qkv (rows of ld),
+ * fp32 inside and one rounding, as causal-conv1d does: out[t, c] = bf16(silu(sum_j w[c, j] * x[t - 3 + j, c])),
+ * with x[t - 3 + j] = 0 when positions[t] < 3 - j (history never crosses a prompt start).
+ * w bf16 [channels, 4] (tap 3 multiplies the current token). out [T, channels]. */
 int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out, int64_t T,
                  int64_t channels, void *stream);
 /* b = ba[t*ld + h], a = ba[t*ld + H + h]: beta = bf16-rounded sigmoid(b) (stored fp32);
