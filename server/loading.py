@@ -1,0 +1,141 @@
+"""Building the engine: checkpoint → tokenizer check → backend → engine → warm-up/self-test. Runs on the GPU thread.
+
+Imports of the model packages are lazy, so `python -m server --help` stays fast and needs no GPU library.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .settings import Settings
+
+log = logging.getLogger("server.loading")
+
+LICENCE_LINE = ("model weights: startlux-models/StartLux-Decision-v1.1-4B-Instant are licensed CC BY-NC 4.0 "
+                "(non-commercial use only); this project never distributes or downloads them")
+DEMO_BANNER = "DEMO MODE: tiny random-weight model on the CPU reference backend; every answer is meaningless"
+DEMO_NAME = "startlux-native-demo-tiny-random"
+CUDA_DEFAULT_REQUEST_TOKENS = 65536  # the TypeSafe hosted budget per request; the CUDA scratch is sized for it
+MAX_CHOICE_OPTIONS = 255
+
+# A request that goes through the same decide path as a client's; its answers must be well-formed.
+SELF_TEST_REQUEST = {
+    "state": {"order": 4411, "amount": 12.5, "events": ["charged", "charged", "refund requested"]},
+    "questions": {
+        "wide": {"type": "choice", "instructions": "Which code applies?",
+                 "criteria": {f"code-{i}": f"reason {i}" for i in range(30)}},
+        "one": {"type": "choice", "instructions": "Only option?", "criteria": {"only": None}},
+        "yes": {"type": "noul", "criteria": {"true": "it is a duplicate charge", "false": None}},
+        "level": {"type": "score", "instructions": "How bad?", "criteria": ["fine", {"level": "bad"}, ["worse"]]},
+    },
+}
+
+
+@dataclass
+class Loaded:
+    engine: object
+    checkpoint: object
+    names: list[str]
+    demo: bool
+    load_seconds: float
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    self_test: dict = field(default_factory=dict)
+
+
+def demo_checkpoint() -> Path:
+    """The tiny random checkpoint in the cache folder, built once (into a temp folder, then renamed into place)."""
+    from startlux_native import tiny, tokenizer
+
+    target = tokenizer.cache_dir() / "demo-tiny-seed0"
+    if all((target / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json")):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".demo-tiny-", dir=target.parent))
+    tiny.make_tiny_checkpoint(tmp, seed=0)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process won the race; its folder is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _check_answers(answers: dict, questions: dict) -> None:
+    from startlux_native.errors import BackendError
+
+    if list(answers) != list(questions):
+        raise BackendError(f"self-test request: answers {list(answers)} do not match questions {list(questions)}")
+    for qid, q in questions.items():
+        a = answers[qid]
+        if a.get("type") != q["type"]:
+            raise BackendError(f"self-test request: answer {qid} has type {a.get('type')!r}")
+        if q["type"] == "choice" and set(a["probabilities"]) != set(q["criteria"]):
+            raise BackendError(f"self-test request: answer {qid} lacks some options")
+
+
+def load(settings: Settings) -> Loaded:
+    """Everything before readiness. Raises CheckpointError / TokenizerError / BackendError on failure."""
+    t0 = time.perf_counter()
+    stages: dict[str, float] = {}
+    bar = tqdm(total=6, desc="loading", unit="step", disable=not sys.stderr.isatty(), file=sys.stderr)
+
+    def stage(name: str, t_start: float) -> float:
+        now = time.perf_counter()
+        stages[name] = round((now - t_start) * 1000, 1)
+        bar.set_postfix_str(name)
+        bar.update(1)
+        return now
+
+    from startlux_native import checkpoint as ckpt_mod
+    from startlux_native import engine as engine_mod
+    from startlux_native import prompt, tokenizer
+
+    t = time.perf_counter()
+    folder = demo_checkpoint() if settings.demo else Path(settings.checkpoint)
+    t = stage("checkpoint-folder", t)
+    ckpt = ckpt_mod.load_checkpoint(folder, attention_mode=settings.attention_mode,
+                                    keep_fp32_gdn_params=settings.keep_fp32_gdn_params)
+    t = stage("checkpoint", t)
+    tok = tokenizer.DecisionTokenizer.from_file(ckpt.tokenizer_path)
+    tok.check(ckpt.decision_config.letter_token_ids, prompt.probe_prompt())
+    t = stage("tokenizer-check", t)
+    request_tokens = settings.max_request_tokens
+    if settings.backend == "reference":
+        from startlux_native.reference import ReferenceBackend
+
+        backend = ReferenceBackend(ckpt)
+    else:
+        from startlux_native.cuda_backend import CudaBackend
+
+        # The CUDA scratch is sized for one call's tokens and rows, and the engine sends all rows of a round in one
+        # call: cap the request's tokens at that size so an over-sized request is a 422 before any device work,
+        # never a 500 from the backend.
+        request_tokens = request_tokens or max(CUDA_DEFAULT_REQUEST_TOKENS, settings.max_prompt_tokens)
+        rows = settings.max_questions * math.ceil(MAX_CHOICE_OPTIONS / ckpt.decision_config.wide_choice.group)
+        backend = CudaBackend(ckpt, library=settings.library, device=settings.device, max_tokens=request_tokens,
+                              max_rows=max(1024, rows))
+    t = stage("backend", t)
+    engine = engine_mod.Engine(backend, tok, ckpt.decision_config, max_prompt_tokens=settings.max_prompt_tokens,
+                               max_questions=settings.max_questions, max_request_tokens=request_tokens)
+    answers, usage = engine.self_test()  # warm-up: first real forward (caches, graphs), finite and normalised
+    t = stage("warm-up", t)
+    req = SELF_TEST_REQUEST
+    answers2, usage2 = engine.decide(req["state"], req["questions"])
+    _check_answers(answers2, req["questions"])
+    stage("self-test", t)
+    bar.close()
+
+    names = list(settings.model_names) or [DEMO_NAME if settings.demo else ckpt.profile.name.split("/")[-1]]
+    return Loaded(engine, ckpt, names, settings.demo, time.perf_counter() - t0, stages,
+                  {"warm_up": {"input_tokens": usage["input_tokens"]},
+                   "request": {"input_tokens": usage2["input_tokens"], "questions": len(answers2)},
+                   "passed": True})

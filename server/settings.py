@@ -1,0 +1,151 @@
+"""Server settings: one frozen struct, filled from flags with CS1_* environment twins (flag wins over env)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    checkpoint: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    device: int = 0
+    backend: str = "cuda"
+    library: str | None = None
+    max_prompt_tokens: int = 32768
+    max_request_tokens: int | None = None
+    max_body_bytes: int = 4 * MiB
+    max_queue: int = 16
+    max_questions: int = 64
+    model_names: tuple[str, ...] = ()
+    attention_mode: str | None = None
+    keep_fp32_gdn_params: bool = False
+    demo: bool = False
+    log_level: str = "info"
+    graceful_timeout: float = 30.0
+
+    def public(self) -> dict:
+        """For /info and the start-up log (no secrets exist today; keep it that way)."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+# flag, env twin, type (bool = switch), help
+FLAGS: list[tuple[str, type | object, str]] = [
+    ("checkpoint", str, "model folder (config.json, model*.safetensors, tokenizer.json, decision_config.json); "
+                        "required unless --demo"),
+    ("host", str, "address to bind"),
+    ("port", int, "port to bind (0 picks a free port)"),
+    ("device", int, "CUDA device ordinal (cuda backend)"),
+    ("backend", str, "'cuda' (libqwen3_5_cuda.so) or 'reference' (numpy on the CPU, slow; the ground truth)"),
+    ("library", str, "path of libqwen3_5_cuda.so (default: target/libqwen3_5_cuda.so)"),
+    ("max-prompt-tokens", _positive_int, "longest prompt of one question in tokens; longer ones are refused (422), "
+                                         "never truncated"),
+    ("max-request-tokens", _positive_int, "cap on the tokens of all prompts of one request, wide rounds included "
+                                          "(422 above); the cuda backend sizes its scratch for it (cuda default: "
+                                          "65536; reference default: no cap)"),
+    ("max-body-bytes", _positive_int, "largest request body, raw and decoded (413 above)"),
+    ("max-queue", _positive_int, "admitted requests (in flight + queued); more are answered 429 + Retry-After"),
+    ("max-questions", _positive_int, "questions per request (422 above)"),
+    ("model-name", _names, "comma-separated model name(s) served; the first is reported in responses "
+                           "(default: the checkpoint's name)"),
+    ("attention-mode", str, "override the profile's attention mode: 'bidirectional' or 'causal'"),
+    ("keep-fp32-gdn-params", bool, "keep A_log and linear_attn.norm.weight in fp32 instead of rounding them to bf16"),
+    ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
+    ("log-level", str, "debug, info, warning or error"),
+    ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
+]
+CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
+           "log-level": ("debug", "info", "warning", "error")}
+DEST = {"model-name": "model_names"}
+
+EPILOG = """\
+Every flag has an environment twin: --max-queue <-> CS1_MAX_QUEUE, --demo <-> CS1_DEMO=1, etc.; a flag on the
+command line wins over its environment variable.
+
+Endpoints: POST /v1/systemone, GET /v1/models, /health (liveness), /ready (503 until loaded and self-tested, and
+while draining), /metrics (Prometheus), /openapi.json, /info.
+
+Testing aids (not for production): CS1_DEBUG_ENGINE_DELAY_S=<s> sleeps on the GPU thread before each request;
+CS1_DEBUG_LOAD_DELAY_S=<s> delays readiness; CS1_DEBUG_FAULT=transient|sticky makes a request whose state is the
+string "cs1-debug-fault" fail with a BackendError (500; or 503 and the process exits with status 3).
+
+The model weights (startlux-models/StartLux-Decision-v1.1-4B-Instant) are CC BY-NC 4.0; this project never
+distributes or downloads them.
+"""
+
+
+def env_name(flag: str) -> str:
+    return "CS1_" + flag.upper().replace("-", "_")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m server", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Serve StartLux-Decision v1.1 4B Instant behind POST /v1/systemone (TypeSafe wire schema).")
+    defaults = Settings()
+    for flag, kind, help_text in FLAGS:
+        dest = DEST.get(flag, flag.replace("-", "_"))
+        default = getattr(defaults, dest)
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        suffix = f" [env {env_name(flag)}; default {shown if shown not in (None, '', ()) else 'none'}]"
+        if kind is bool:
+            ap.add_argument(f"--{flag}", dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                            help=help_text + suffix)
+        else:
+            ap.add_argument(f"--{flag}", dest=dest, type=kind, default=None, choices=CHOICES.get(flag),
+                            help=help_text + suffix, metavar=flag.split("-")[-1].upper())
+    return ap
+
+
+def parse(argv: Sequence[str] | None = None, environ: dict | None = None) -> Settings:
+    """Flags, then CS1_* environment, then defaults; a bad environment value is reported like a bad flag."""
+    environ = os.environ if environ is None else environ
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    values = {}
+    for flag, kind, _ in FLAGS:
+        dest = DEST.get(flag, flag.replace("-", "_"))
+        value = getattr(args, dest)
+        env = env_name(flag)
+        if value is None and env in environ:
+            raw = environ[env].strip()
+            try:
+                if kind is bool:
+                    if raw.lower() not in _TRUE + _FALSE:
+                        raise ValueError("expected 1/0, true/false, yes/no or on/off")
+                    value = raw.lower() in _TRUE
+                elif raw == "":
+                    value = None
+                else:
+                    value = kind(raw)
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                ap.error(f"{env}={raw!r}: {exc}")
+            if flag in CHOICES and value not in CHOICES[flag]:
+                ap.error(f"{env}={raw!r}: choose from {', '.join(CHOICES[flag])}")
+        if value is not None:
+            values[dest] = value
+    settings = Settings(**values)
+    if settings.demo:
+        settings = Settings(**{**values, "backend": "reference"})
+    elif not settings.checkpoint:
+        ap.error("--checkpoint (or CS1_CHECKPOINT) is required unless --demo is given")
+    return settings
