@@ -1,0 +1,1 @@
+"""Benchmark manifests (JSONL) and the scripts that build them."""
