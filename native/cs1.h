@@ -53,6 +53,7 @@ const char *cs1_build_info(void);
 const char *cs1_error_string(int status);
 
 /* ---- device ------------------------------------------------------------------------------------------ */
+/* no device or no usable driver: CS1_ERR_NO_DEVICE with *count = 0 */
 int cs1_device_count(int *count);
 int cs1_set_device(int device);
 int cs1_get_device(int *device);
@@ -158,12 +159,14 @@ int cs1_silu_mul(const void *gate_up, int64_t ld, void *out, int64_t T, int64_t 
 /* ---- GEMM (cuBLASLt, bf16 in/out, fp32 compute) ------------------------------------------------------- */
 int cs1_gemm_create(size_t workspace_bytes, void **gemm);
 int cs1_gemm_destroy(void *gemm);
-/* y[M, N] (row stride ldy) = x[M, K] (row stride ldx) * w[N, K]^T (w contiguous, nn.Linear layout) */
+/* y[M, N] (row stride ldy) = x[M, K] (row stride ldx) * w[N, K]^T (w contiguous, nn.Linear layout).
+ * K, ldx and ldy multiples of 8 and x, w, y 16-byte aligned, else CS1_ERR_ALIGNMENT. */
 int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M, int64_t N,
              int64_t K, void *stream);
 
 /* ---- letter read-out ----------------------------------------------------------------------------------- */
-/* For each prompt r: row t = last_rows[r]; h = bf16(residual[t] + delta[t]) (delta may be null: h = residual[t]);
+/* For each prompt r: row t = last_rows[r] (not bounds-checked: the caller passes rows < T);
+ * h = bf16(residual[t] + delta[t]) (delta may be null: h = residual[t]);
  * y = RMSNorm(1+w)(h) rounded to bf16; logits[r, j] = sum_d float(y[d]) * letters[j, d] in fp32.
  * letters: fp32 [n_letters, D]; logits: fp32 [n_rows, n_letters]. */
 int cs1_letter_readout(const void *residual, const void *delta, const int32_t *last_rows, int64_t n_rows,

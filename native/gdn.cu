@@ -1,0 +1,667 @@
+// gdn.cu: gated DeltaNet ops: causal depthwise conv + SiLU, the gates, and the chunked (C = 64) gated delta rule.
+//
+// Math: ../shared/spec/qwen3_5-model.md §6 and §7.1. Per value head h, with state S (d_k x d_v = 128 x 128, fp32,
+// zero at every prompt start), one chunk of rows i = 0..63 entering with S0:
+//   Gam_i = sum_{j<=i} g_j (reset per chunk)          k^_i = k_i / sqrt(|k_i|^2 + 1e-6),  q~_i likewise * scale
+//   L_ij  = beta_i (k^_i . k^_j) exp(Gam_i - Gam_j), j < i   (strictly lower)
+//   U = (I + L)^-1 diag(beta) V,  W = (I + L)^-1 diag(beta e^Gam) K^   (forward substitution, fp32)
+//   Delta = U - W S0;  S_next = e^{Gam_63} S0 + (K^ * e^{Gam_63 - Gam})^T Delta
+//   O = diag(e^Gam) Q~ S0 + (Q~ K^T  .* D) Delta,  D_ij = exp(Gam_i - Gam_j) for j <= i, else 0
+// Rows of a partial chunk past the prompt end are masked (k = v = beta = g = 0), which leaves every valid row and
+// the state exact. Everything is fp32 on CUDA cores (no tensor cores yet: correctness first).
+//
+// Four launches per cs1_gdn_prefill:
+//   1. gdn_index_kernel  (1 block): sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of
+//      ceil(len/64)), so chunks restart at every prompt start. cu_seqlens lives on the device, so the host only
+//      knows the bound NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit.
+//   2. gdn_prep_kernel   (chunk, head): Gam, 1/|k|, L, then U and W by forward substitution.
+//   3. gdn_walk_kernel   (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
+//      slab in registers; writes each chunk's entry state S0 and overwrites U with Delta.
+//   4. gdn_out_kernel    (chunk, head): O from S0 and Delta; also writes zeros into padding rows.
+//
+// Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
+// slot index b = chunk * H + head:
+//   seq_start int32 [n_seqs + 1]   sanitised cu_seqlens (clamped to [0, T], non-decreasing)
+//   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
+//   U/Delta   f32 [NC * H, 64, 128] U from prep, overwritten in place by Delta in the walk
+//   W         f32 [NC * H, 64, 128]
+//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA)
+//   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
+//   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
+// = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
+#include <atomic>
+
+#include "common.cuh"
+
+namespace {
+
+constexpr int kC = 64;         // chunk rows
+constexpr int kD = 128;        // d_k = d_v
+constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte aligned rows, fewer bank conflicts)
+constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
+constexpr int kSlab = 32;      // value columns per walk block
+constexpr int kThreads = 256;  // prep / walk / out blocks
+constexpr float kNormEps = 1e-6f;
+
+constexpr size_t kPrepSmem = (2 * kC * kLdF + kC * kLdL + 3 * kC) * sizeof(float);
+constexpr size_t kWalkSmem = (2 * kC * kD + kD * kSlab + kC * kSlab + kC) * sizeof(float);
+constexpr size_t kOutSmem = (2 * kC * kLdF + kC * kLdL + kC) * sizeof(float);
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// Byte offsets of the workspace parts (see the header comment).
+struct Layout {
+    size_t seq_start, chunk_off, u, w, s0, gam, rk, total;
+    Layout(int64_t T, int64_t n_seqs, int64_t H) {
+        const size_t nc = size_t((T + kC - 1) / kC + n_seqs);
+        const size_t slots = nc * size_t(H);
+        size_t at = 0;
+        seq_start = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        chunk_off = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        u = at;         at = align256(at + slots * kC * kD * 4);
+        w = at;         at = align256(at + slots * kC * kD * 4);
+        s0 = at;        at = align256(at + slots * kD * kD * 4);
+        gam = at;       at = align256(at + slots * kC * 4);
+        rk = at;        at = align256(at + slots * kC * 4);
+        total = at;
+    }
+};
+
+struct ChunkInfo {
+    int row0;  // first row of the chunk
+    int len;   // valid rows, 1..64
+};
+
+// The chunk with global index c, or len = 0 when c is past the last chunk.
+__device__ ChunkInfo find_chunk(const int32_t *seq_start, const int32_t *chunk_off, int n_seqs, int c) {
+    ChunkInfo info{0, 0};
+    if (c >= chunk_off[n_seqs]) return info;
+    int lo = 0, hi = n_seqs;  // last s with chunk_off[s] <= c; it has chunk_off[s + 1] > c
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (chunk_off[mid] <= c) lo = mid; else hi = mid;
+    }
+    info.row0 = seq_start[lo] + (c - chunk_off[lo]) * kC;
+    info.len = min(kC, seq_start[lo + 1] - info.row0);
+    return info;
+}
+
+__device__ __forceinline__ void unpack8(const Pack8 &p, float *f) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = bf2f(p.v[e]);
+}
+
+// Load 64 rows x 128 bf16 (row stride ld, rows >= len as zeros) into an fp32 smem tile of stride kLdF.
+__device__ void load_rows(const bf16 *src, int64_t ld, int len, float *dst) {
+    for (int v = threadIdx.x; v < kC * kD / 8; v += blockDim.x) {
+        const int i = v / (kD / 8), c8 = (v % (kD / 8)) * 8;
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (i < len) unpack8(*reinterpret_cast<const Pack8 *>(src + int64_t(i) * ld + c8), f);
+        float4 *d = reinterpret_cast<float4 *>(dst + i * kLdF + c8);
+        d[0] = make_float4(f[0], f[1], f[2], f[3]);
+        d[1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+
+// Each warp takes 8 of the 64 rows: 1 / sqrt(sum x^2 + eps) per row, stored in inv[i].
+__device__ void row_inv_norms(const float *tile, float *inv) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = warp; i < kC; i += kThreads / 32) {
+        const float4 x = *reinterpret_cast<const float4 *>(tile + i * kLdF + lane * 4);
+        const float ss = warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
+        if (lane == 0) inv[i] = 1.0f / sqrtf(ss + kNormEps);
+    }
+}
+
+// acc[r][s] = A[i0 + r, :] . B[j0 + 16 s, :] over 128 columns (fp32 tiles of stride kLdF); with i0 = (tid / 16) * 4
+// and j0 = tid % 16, 256 threads cover 64x64 (B rows strided by 16 so the 16-byte smem reads avoid bank conflicts).
+__device__ __forceinline__ void gram_tile(const float *A, const float *B, int i0, int j0, float acc[4][4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int s = 0; s < 4; ++s) acc[r][s] = 0.0f;
+#pragma unroll 4
+    for (int k = 0; k < kD; k += 4) {
+        float4 a[4], b[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = *reinterpret_cast<const float4 *>(A + (i0 + r) * kLdF + k);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) b[s] = *reinterpret_cast<const float4 *>(B + (j0 + 16 * s) * kLdF + k);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                acc[r][s] = fmaf(a[r].x, b[s].x, acc[r][s]);
+                acc[r][s] = fmaf(a[r].y, b[s].y, acc[r][s]);
+                acc[r][s] = fmaf(a[r].z, b[s].z, acc[r][s]);
+                acc[r][s] = fmaf(a[r].w, b[s].w, acc[r][s]);
+            }
+    }
+}
+
+// ---- conv ---------------------------------------------------------------------------------------------------------
+
+// One thread per (row, 8 channels): 16-byte loads of 4 input rows and of the 8x4 weights.
+__global__ void gdn_conv8_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                                 const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
+                                 int64_t channels) {
+    const int64_t groups = channels / 8;
+    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * groups;
+         idx += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = idx / groups, c0 = (idx % groups) * 8;
+        const int pos = positions[t];
+        float wf[32];
+        const Pack8 *wp = reinterpret_cast<const Pack8 *>(w + c0 * 4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) unpack8(wp[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t src = t - 3 + j;
+            if (pos < 3 - j || src < 0) continue;  // history never crosses a prompt start
+            float x[8];
+            unpack8(*reinterpret_cast<const Pack8 *>(qkv + src * ld + c0), x);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
+        }
+        Pack8 o;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o.v[e] = f2bf(silu_f(acc[e]));
+        *reinterpret_cast<Pack8 *>(out + t * channels + c0) = o;
+    }
+}
+
+// Any alignment: one thread per (row, channel), the same arithmetic in the same order.
+__global__ void gdn_conv1_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                                 const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
+                                 int64_t channels) {
+    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * channels;
+         idx += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = idx / channels, c = idx % channels;
+        const int pos = positions[t];
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t src = t - 3 + j;
+            if (pos < 3 - j || src < 0) continue;
+            acc = fmaf(bf2f(w[c * 4 + j]), bf2f(qkv[src * ld + c]), acc);
+        }
+        out[t * channels + c] = f2bf(silu_f(acc));
+    }
+}
+
+// ---- gates --------------------------------------------------------------------------------------------------------
+
+__global__ void gdn_gates_kernel(const bf16 *__restrict__ ba, int64_t ld, const float *__restrict__ A_log,
+                                 const float *__restrict__ dt_bias, float *__restrict__ beta, float *__restrict__ g,
+                                 int64_t T, int64_t H) {
+    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * H;
+         idx += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = idx / H, h = idx % H;
+        const float b = bf2f(ba[t * ld + h]), a = bf2f(ba[t * ld + H + h]);
+        beta[idx] = round_bf(sigmoid_f(b));  // transformers computes sigmoid in bf16
+        g[idx] = -expf(A_log[h]) * softplus_f(a + dt_bias[h]);
+    }
+}
+
+// ---- prefill: 1. index --------------------------------------------------------------------------------------------
+
+// One warp: seq_start[s] = running max of clamp(cu[s], 0, T); chunk_off = prefix sum of ceil(len / 64).
+__global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *__restrict__ seq_start,
+                                 int32_t *__restrict__ chunk_off) {
+    const int lane = threadIdx.x;
+    int prev_start = 0, prev_off = 0;
+    for (int base = 0; base <= n_seqs; base += 32) {
+        const int s = base + lane;
+        int v = s <= n_seqs ? min(max(cu[s], 0), T) : 0;
+        if (base == 0 && lane == 0) prev_start = v;  // seq_start[0] = clamp(cu[0])
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v = max(v, u);
+        }
+        v = max(v, prev_start);
+        const int before = __shfl_up_sync(0xffffffffu, v, 1);
+        const int start_prev = lane == 0 ? prev_start : before;  // start of prompt s - 1
+        // chunks of prompt s - 1 (those end at v); the first entry contributes none
+        int n = (s == 0 || s > n_seqs) ? 0 : (v - start_prev + kC - 1) / kC;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, n, o);
+            if (lane >= o) n += u;
+        }
+        if (s <= n_seqs) {
+            seq_start[s] = v;
+            chunk_off[s] = prev_off + n;
+        }
+        prev_start = __shfl_sync(0xffffffffu, v, 31);
+        prev_off += __shfl_sync(0xffffffffu, n, 31);
+    }
+}
+
+// ---- prefill: 2. prep ---------------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) gdn_prep_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                            const float *__restrict__ g,
+                                                            const float *__restrict__ beta, int n_seqs, int H, int HK,
+                                                            unsigned char *__restrict__ ws, Layout lay) {
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
+                                     reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    extern __shared__ __align__(16) float smem[];
+    float *sK = smem;                // [64][kLdF] k, then k^
+    float *sV = sK + kC * kLdF;      // [64][kLdF] v
+    float *sL = sV + kC * kLdF;      // [64][kLdL] L
+    float *sGam = sL + kC * kLdL;    // [64] Gam
+    float *sBeta = sGam + kC;        // [64] beta
+    float *sBetaE = sBeta + kC;      // [64] beta e^Gam; first 1/|k|
+
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    load_rows(rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len, sK);
+    load_rows(rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len, sV);
+    if (tid < kC) {
+        const bool ok = tid < ck.len;
+        sGam[tid] = ok ? g[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+        sBeta[tid] = ok ? beta[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+    }
+    __syncthreads();
+    row_inv_norms(sK, sBetaE);
+    if (tid < 32) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
+        float lo = sGam[tid], hi = sGam[32 + tid];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float a = __shfl_up_sync(0xffffffffu, lo, o), b = __shfl_up_sync(0xffffffffu, hi, o);
+            if (tid >= o) { lo += a; hi += b; }
+        }
+        hi += __shfl_sync(0xffffffffu, lo, 31);
+        sGam[tid] = lo;
+        sGam[32 + tid] = hi;
+    }
+    __syncthreads();
+    float *gam_out = reinterpret_cast<float *>(ws + lay.gam) + slot * kC;
+    float *rk_out = reinterpret_cast<float *>(ws + lay.rk) + slot * kC;
+    for (int e = tid; e < kC * kD; e += kThreads) sK[(e / kD) * kLdF + e % kD] *= sBetaE[e / kD];
+    if (tid < kC) {
+        gam_out[tid] = sGam[tid];
+        rk_out[tid] = sBetaE[tid];
+    }
+    __syncthreads();
+    if (tid < kC) sBetaE[tid] = sBeta[tid] * expf(sGam[tid]);
+
+    {  // L = strictly lower (beta_i k^_i.k^_j exp(Gam_i - Gam_j)); 4x4 tile per thread
+        const int i0 = (tid / 16) * 4, j0 = tid % 16;
+        float acc[4][4];
+        gram_tile(sK, sK, i0, j0, acc);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int i = i0 + r, j = j0 + 16 * s;
+                sL[i * kLdL + j] = j < i ? sBeta[i] * acc[r][s] * expf(sGam[i] - sGam[j]) : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W (rhs beta e^Gam k^).
+    // x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers.
+    const int col = tid & (kD - 1);
+    const bool is_w = tid >= kD;
+    const float *rhs = is_w ? sK : sV;
+    const float *coef = is_w ? sBetaE : sBeta;
+    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
+    float x[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+        float acc = coef[i] * rhs[i * kLdF + col];
+#pragma unroll
+        for (int j = 0; j < i; ++j) acc = fmaf(-sL[i * kLdL + j], x[j], acc);
+        x[i] = acc;
+        dst[i * kD] = acc;
+    }
+}
+
+// ---- prefill: 3. state walk ---------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) gdn_walk_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H, int HK,
+                                                            unsigned char *__restrict__ ws, Layout lay) {
+    const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    const int32_t *chunk_off = reinterpret_cast<const int32_t *>(ws + lay.chunk_off);
+    const int c_begin = chunk_off[s], c_end = chunk_off[s + 1], row_begin = seq_start[s], row_end = seq_start[s + 1];
+    if (c_begin >= c_end) return;
+    const int hk = h / (H / HK);
+
+    extern __shared__ __align__(16) float smem[];
+    float *sW = smem;               // [64][128] W
+    float *sKd = sW + kC * kD;      // [64][128] k^_i e^{Gam_63 - Gam_i}
+    float *sS = sKd + kC * kD;      // [128][32] state slab S0
+    float *sDelta = sS + kD * kSlab;  // [64][32]
+    float *sGam = sDelta + kC * kSlab;  // [64]
+
+    float st[16];  // S[warp * 16 + r][v0 + lane]
+#pragma unroll
+    for (int r = 0; r < 16; ++r) st[r] = 0.0f;
+    for (int e = tid; e < kD * kSlab; e += kThreads) sS[e] = 0.0f;
+
+    for (int c = c_begin; c < c_end; ++c) {
+        const size_t slot = size_t(c) * H + h;
+        const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
+        float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD;
+#pragma unroll
+        for (int r = 0; r < 16; ++r) s0[(warp * 16 + r) * kD + v0 + lane] = st[r];
+        const float4 *wsrc = reinterpret_cast<const float4 *>(ws + lay.w) + slot * (kC * kD / 4);
+        for (int e = tid; e < kC * kD / 4; e += kThreads) reinterpret_cast<float4 *>(sW)[e] = wsrc[e];
+        if (tid < kC) sGam[tid] = reinterpret_cast<const float *>(ws + lay.gam)[slot * kC + tid];
+        __syncthreads();
+        const float gam_last = sGam[kC - 1];
+        {
+            const float *rk = reinterpret_cast<const float *>(ws + lay.rk) + slot * kC;
+            const bf16 *krows = qkv + int64_t(row0) * ld + int64_t(HK) * kD + int64_t(hk) * kD;
+            for (int e = tid; e < kC * kD / 8; e += kThreads) {
+                const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
+                float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                if (i < len) {
+                    unpack8(*reinterpret_cast<const Pack8 *>(krows + int64_t(i) * ld + c8), f);
+                    const float scale = rk[i], decay = expf(gam_last - sGam[i]);
+#pragma unroll
+                    for (int q = 0; q < 8; ++q) f[q] = (f[q] * scale) * decay;
+                }
+#pragma unroll
+                for (int q = 0; q < 8; ++q) sKd[i * kD + c8 + q] = f[q];
+            }
+        }
+        // Delta[i][v] = U[i][v] - sum_k W[i][k] S0[k][v]; warp takes rows warp*8.., lane is the column
+        float* udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD;
+        {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 2
+            for (int k = 0; k < kD; k += 4) {
+                const float sv0 = sS[(k + 0) * kSlab + lane], sv1 = sS[(k + 1) * kSlab + lane];
+                const float sv2 = sS[(k + 2) * kSlab + lane], sv3 = sS[(k + 3) * kSlab + lane];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float4 wv = *reinterpret_cast<const float4 *>(sW + (warp * 8 + r) * kD + k);
+                    acc[r] = fmaf(wv.x, sv0, acc[r]);
+                    acc[r] = fmaf(wv.y, sv1, acc[r]);
+                    acc[r] = fmaf(wv.z, sv2, acc[r]);
+                    acc[r] = fmaf(wv.w, sv3, acc[r]);
+                }
+            }
+            __syncthreads();  // sKd complete (written above) before the update reads it
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const int i = warp * 8 + r;
+                const float d = udelta[i * kD + v0 + lane] - acc[r];
+                udelta[i * kD + v0 + lane] = d;
+                sDelta[i * kSlab + lane] = d;
+            }
+        }
+        __syncthreads();
+        // S[k][v] = e^{Gam_63} S[k][v] + sum_i Kd[i][k] Delta[i][v]; warp takes rows warp*16..
+        {
+            const float e_last = expf(gam_last);
+            float acc[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+#pragma unroll 2
+            for (int i = 0; i < kC; ++i) {
+                const float d = sDelta[i * kSlab + lane];
+#pragma unroll
+                for (int r = 0; r < 16; r += 4) {
+                    const float4 kv = *reinterpret_cast<const float4 *>(sKd + i * kD + warp * 16 + r);
+                    acc[r + 0] = fmaf(kv.x, d, acc[r + 0]);
+                    acc[r + 1] = fmaf(kv.y, d, acc[r + 1]);
+                    acc[r + 2] = fmaf(kv.z, d, acc[r + 2]);
+                    acc[r + 3] = fmaf(kv.w, d, acc[r + 3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                st[r] = fmaf(e_last, st[r], acc[r]);
+                sS[(warp * 16 + r) * kSlab + lane] = st[r];  // sS reads of this chunk ended before the last sync
+            }
+        }
+        __syncthreads();  // sS, sW, sKd, sGam free for the next chunk
+    }
+}
+
+// ---- prefill: 4. output -------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void fma_row4(float a, const float4 &b, float acc[4]) {
+    acc[0] = fmaf(a, b.x, acc[0]);
+    acc[1] = fmaf(a, b.y, acc[1]);
+    acc[2] = fmaf(a, b.z, acc[2]);
+    acc[3] = fmaf(a, b.w, acc[3]);
+}
+
+// acc[8][4] += A[i0.., a_col0 + k] * B[k, j0..j0+3] for k < kn (A stride lda, B stride kLdF), 8 rows per warp.
+__device__ __forceinline__ void rows8_tile(const float *A, int lda, int a_col0, const float *B, int kn, int i0,
+                                           int j0, float acc[8][4]) {
+#pragma unroll 2
+    for (int k = 0; k < kn; k += 4) {
+        float4 b[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) b[q] = *reinterpret_cast<const float4 *>(B + (k + q) * kLdF + j0);
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const float4 a = *reinterpret_cast<const float4 *>(A + (i0 + r) * lda + a_col0 + k);
+            fma_row4(a.x, b[0], acc[r]);
+            fma_row4(a.y, b[1], acc[r]);
+            fma_row4(a.z, b[2], acc[r]);
+            fma_row4(a.w, b[3], acc[r]);
+        }
+    }
+}
+
+// Load 64 rows x 128 fp32 (row stride 128) into a smem tile of stride kLdF.
+__device__ void load_f32_rows(const float *src, float *dst) {
+    for (int e = threadIdx.x; e < kC * kD / 4; e += blockDim.x) {
+        const int i = e / (kD / 4), c4 = (e % (kD / 4)) * 4;
+        *reinterpret_cast<float4 *>(dst + i * kLdF + c4) = reinterpret_cast<const float4 *>(src)[e];
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_kernel(const bf16 *__restrict__ qkv, int64_t ld, int n_seqs,
+                                                           int T, int H, int HK, float scale,
+                                                           unsigned char *__restrict__ ws, Layout lay,
+                                                           bf16 *__restrict__ o) {
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    {  // padding rows of the flat 64-row window c (rows outside every prompt) get zeros
+        const int first = seq_start[0], end = seq_start[n_seqs];
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+            const int64_t t = int64_t(c) * kC + e / (kD / 4);
+            if (t < T && (t < first || t >= end))
+                *reinterpret_cast<uint2 *>(o + (t * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
+        }
+    }
+    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    extern __shared__ __align__(16) float smem[];
+    float *sQ = smem;              // [64][kLdF] q~
+    float *sB = sQ + kC * kLdF;    // [64][kLdF] k^, then S0 halves, then Delta
+    float *sP = sB + kC * kLdF;    // [64][kLdL] P = (Q~ K^T) .* D
+    float *sGam = sP + kC * kLdL;  // [64]; first 1/|q|
+
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    const float *gam = reinterpret_cast<const float *>(ws + lay.gam) + slot * kC;
+    const float *rk = reinterpret_cast<const float *>(ws + lay.rk) + slot * kC;
+    load_rows(rows + int64_t(hk) * kD, ld, ck.len, sQ);
+    load_rows(rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len, sB);
+    __syncthreads();
+    row_inv_norms(sQ, sGam);
+    __syncthreads();
+    for (int e = tid; e < kC * kD; e += kThreads) {
+        const int i = e / kD, j = e % kD;
+        sQ[i * kLdF + j] = (sQ[i * kLdF + j] * sGam[i]) * scale;
+        sB[i * kLdF + j] *= rk[i];
+    }
+    __syncthreads();
+    if (tid < kC) sGam[tid] = gam[tid];
+    __syncthreads();
+    {
+        const int i0 = (tid / 16) * 4, j0 = tid % 16;
+        float acc[4][4];
+        gram_tile(sQ, sB, i0, j0, acc);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int i = i0 + r, j = j0 + 16 * s;
+                sP[i * kLdL + j] = j <= i ? acc[r][s] * expf(sGam[i] - sGam[j]) : 0.0f;
+            }
+    }
+    // O = diag(e^Gam) Q~ S0 + P Delta; warp takes rows warp*8.., lane the columns lane*4..
+    const int i0 = warp * 8, j0 = lane * 4;
+    float acc[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+    const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+    for (int half = 0; half < 2; ++half) {
+        __syncthreads();  // sB free (gram reads / previous half)
+        load_f32_rows(s0 + half * kC * kD, sB);
+        __syncthreads();
+        rows8_tile(sQ, kLdF, half * kC, sB, kC, i0, j0, acc);
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        const float e = expf(sGam[i0 + r]);
+        acc[r][0] *= e; acc[r][1] *= e; acc[r][2] *= e; acc[r][3] *= e;
+    }
+    __syncthreads();
+    load_f32_rows(reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, sB);
+    __syncthreads();
+    rows8_tile(sP, kLdL, 0, sB, kC, i0, j0, acc);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        const int i = i0 + r;
+        if (i >= ck.len) continue;
+        uint2 packed;
+        packed.x = uint32_t(__bfloat16_as_ushort(f2bf(acc[r][0]))) |
+                   (uint32_t(__bfloat16_as_ushort(f2bf(acc[r][1]))) << 16);
+        packed.y = uint32_t(__bfloat16_as_ushort(f2bf(acc[r][2]))) |
+                   (uint32_t(__bfloat16_as_ushort(f2bf(acc[r][3]))) << 16);
+        *reinterpret_cast<uint2 *>(o + (int64_t(ck.row0 + i) * H + h) * kD + j0) = packed;
+    }
+}
+
+// Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
+int configure_device() {
+    static std::atomic<bool> done[64];
+    int dev = 0;
+    CS1_CUDA(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && done[dev].load(std::memory_order_acquire)) return 0;
+    CS1_CUDA(cudaFuncSetAttribute(gdn_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
+    CS1_CUDA(cudaFuncSetAttribute(gdn_walk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
+    CS1_CUDA(cudaFuncSetAttribute(gdn_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutSmem)));
+    if (dev >= 0 && dev < 64) done[dev].store(true, std::memory_order_release);
+    return 0;
+}
+
+unsigned int blocks_for(int64_t items, int threads) { return cs1_grid((items + threads - 1) / threads); }
+
+}  // namespace
+
+extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out,
+                            int64_t T, int64_t channels, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && channels >= 0);
+    if (T == 0 || channels == 0) return 0;
+    CS1_REQUIRE_PTR(qkv);
+    CS1_REQUIRE_PTR(w);
+    CS1_REQUIRE_PTR(positions);
+    CS1_REQUIRE_PTR(out);
+    CS1_REQUIRE_SHAPE(ld >= channels);
+    CS1_REQUIRE_ALIGNED(qkv, 2);
+    CS1_REQUIRE_ALIGNED(w, 2);
+    CS1_REQUIRE_ALIGNED(out, 2);
+    CS1_REQUIRE_ALIGNED(positions, 4);
+    const bool vec = channels % 8 == 0 && ld % 8 == 0 && cs1_aligned(qkv, 16) && cs1_aligned(w, 16) &&
+                     cs1_aligned(out, 16);
+    const auto *x = static_cast<const bf16 *>(qkv);
+    const auto *wt = static_cast<const bf16 *>(w);
+    auto *y = static_cast<bf16 *>(out);
+    if (vec)
+        gdn_conv8_kernel<<<blocks_for(T * (channels / 8), 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y,
+                                                                                               T, channels);
+    else
+        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y, T,
+                                                                                         channels);
+    CS1_LAUNCHED();
+}
+
+extern "C" int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, float *beta,
+                             float *g, int64_t T, int64_t H, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && H >= 0);
+    if (T == 0 || H == 0) return 0;
+    CS1_REQUIRE_PTR(ba);
+    CS1_REQUIRE_PTR(A_log);
+    CS1_REQUIRE_PTR(dt_bias);
+    CS1_REQUIRE_PTR(beta);
+    CS1_REQUIRE_PTR(g);
+    CS1_REQUIRE_SHAPE(ld >= 2 * H);
+    CS1_REQUIRE_ALIGNED(ba, 2);
+    CS1_REQUIRE_ALIGNED(A_log, 4);
+    CS1_REQUIRE_ALIGNED(dt_bias, 4);
+    CS1_REQUIRE_ALIGNED(beta, 4);
+    CS1_REQUIRE_ALIGNED(g, 4);
+    gdn_gates_kernel<<<blocks_for(T * H, 256), 256, 0, cs1_stream(stream)>>>(static_cast<const bf16 *>(ba), ld, A_log,
+                                                                             dt_bias, beta, g, T, H);
+    CS1_LAUNCHED();
+}
+
+extern "C" int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes) {
+    CS1_REQUIRE_PTR(bytes);
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20) && H > 0 && H <= 65535);
+    *bytes = T == 0 ? 0 : Layout(T, n_seqs, H).total;
+    return 0;
+}
+
+extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta,
+                               const int32_t *cu_seqlens, int64_t n_seqs, void *o, void *workspace,
+                               size_t workspace_bytes, int64_t T, int64_t H, int64_t HK, float scale, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20));
+    CS1_REQUIRE_SHAPE(H > 0 && H <= 65535 && HK > 0 && H % HK == 0);
+    if (T == 0) return 0;
+    CS1_REQUIRE_PTR(qkv);
+    CS1_REQUIRE_PTR(g);
+    CS1_REQUIRE_PTR(beta);
+    CS1_REQUIRE_PTR(cu_seqlens);
+    CS1_REQUIRE_PTR(o);
+    CS1_REQUIRE_PTR(workspace);
+    CS1_REQUIRE_SHAPE(ld >= (2 * HK + H) * kD);
+    CS1_REQUIRE(ld % 8 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(qkv, 16);
+    CS1_REQUIRE_ALIGNED(o, 16);
+    CS1_REQUIRE_ALIGNED(workspace, 16);
+    CS1_REQUIRE_ALIGNED(g, 4);
+    CS1_REQUIRE_ALIGNED(beta, 4);
+    CS1_REQUIRE_ALIGNED(cu_seqlens, 4);
+    const Layout lay(T, n_seqs, H);
+    CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
+    const int64_t nc = (T + kC - 1) / kC + n_seqs;
+    CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
+    const int st = configure_device();
+    if (st != 0) return st;
+
+    cudaStream_t s = cs1_stream(stream);
+    auto *ws = static_cast<unsigned char *>(workspace);
+    const auto *x = static_cast<const bf16 *>(qkv);
+    gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T), reinterpret_cast<int32_t *>(ws + lay.seq_start),
+                                      reinterpret_cast<int32_t *>(ws + lay.chunk_off));
+    const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
+    gdn_prep_kernel<<<chunk_grid, kThreads, kPrepSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws, lay);
+    if (n_seqs > 0)
+        gdn_walk_kernel<<<dim3(unsigned(n_seqs), unsigned(H), kD / kSlab), kThreads, kWalkSmem, s>>>(x, ld, int(H),
+                                                                                                    int(HK), ws, lay);
+    gdn_out_kernel<<<chunk_grid, kThreads, kOutSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale, ws, lay,
+                                                          static_cast<bf16 *>(o));
+    CS1_LAUNCHED();
+}

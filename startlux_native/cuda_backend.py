@@ -1,0 +1,393 @@
+"""The GPU Backend: the Qwen3.5 forward pass through libqwen3_5_cuda.so (native/cs1.h), one forward per call.
+
+All rows of a call run packed as variable-length rows (cu_seqlens + positions) of one forward. Per call the host
+fills a pinned int32 buffer [ids | positions | cu_seqlens | last_rows] and queues one upload; every op only queues
+work on the backend's stream (so the whole forward is graph-capturable); only the final wait for the 26 letter
+logits per row synchronises.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import abi
+from .backend import N_LETTERS
+from .errors import BackendError
+
+GEMM_WORKSPACE = 32 << 20
+ALIGN = 256  # byte alignment of every scratch sub-buffer
+BF16 = 2
+F32 = 4
+I32 = 4
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+@dataclass
+class _Arena:
+    """Byte offsets of named sub-buffers inside one device allocation."""
+
+    offsets: dict[str, int] = field(default_factory=dict)
+    size: int = 0
+
+    def add(self, name: str, nbytes: int) -> None:
+        self.offsets[name] = self.size
+        self.size += _round_up(max(int(nbytes), 1), ALIGN)
+
+
+@dataclass
+class _GdnLayer:
+    w_in: object  # [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a] (+ zero rows up to a multiple of 8)
+    conv_w: object  # bf16 [conv_dim, 4]
+    a_log: object  # fp32 [Hv]
+    dt_bias: object  # fp32 [Hv]
+    norm_w: object  # fp32 [128]
+    w_out: object  # bf16 [hidden, Hv * 128]
+
+
+@dataclass
+class _AttentionLayer:
+    w_qkv: object  # [q_proj | k_proj | v_proj]
+    q_norm: object
+    k_norm: object
+    w_o: object
+
+
+@dataclass
+class _Layer:
+    kind: str
+    input_norm: object
+    post_norm: object
+    w_gate_up: object  # [gate_proj | up_proj]
+    w_down: object
+    mixer: _GdnLayer | _AttentionLayer
+
+
+class CudaBackend:
+    """Backend on one CUDA device. `checkpoint` follows startlux_native.checkpoint.Checkpoint (config, profile,
+    raw, f32, letter_rows). `library` is an abi.Library, a path, or None ($CS1_LIBRARY / target/)."""
+
+    name = "cuda"
+
+    def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
+                 max_rows: int = 256):
+        self.checkpoint = checkpoint
+        self.config = cfg = checkpoint.config
+        self.profile = checkpoint.profile
+        self.lib = library if isinstance(library, abi.Library) else abi.load(str(abi.library_path(library)))
+        self.ffi = self.lib.ffi
+        self.device = int(device)
+        self.max_tokens = int(max_tokens)
+        self.max_rows = min(int(max_rows), self.max_tokens)
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        self._check_config(cfg)
+        self.attention_mode = self.profile.attention_mode
+        if self.attention_mode not in ("causal", "bidirectional"):
+            raise BackendError(f"unknown attention mode {self.attention_mode!r}")
+        self.round_weighted = 1 if self.profile.gdn_param_precision == "bf16-rounded" else 0
+        self._lock = threading.Lock()
+        self._allocations: list = []
+        self._host_allocations: list = []
+        self.stream = self.gemm = None
+        self.weight_bytes = 0
+        try:
+            self._call("cs1_set_device", self.device)
+            s = self.ffi.new("void **")
+            self._call("cs1_stream_create", s)
+            self.stream = s[0]
+            g = self.ffi.new("void **")
+            self._call("cs1_gemm_create", GEMM_WORKSPACE, g)
+            self.gemm = g[0]
+            self._load_weights()
+            self._allocate_scratch()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- set-up ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_config(cfg) -> None:
+        problems = []
+        if cfg.head_dim != 256:
+            problems.append(f"head_dim {cfg.head_dim} (the attention kernels need 256)")
+        if cfg.linear_key_head_dim != 128 or cfg.linear_value_head_dim != 128:
+            problems.append(f"linear head dims {cfg.linear_key_head_dim}/{cfg.linear_value_head_dim} (need 128)")
+        if cfg.linear_conv_kernel_dim != 4:
+            problems.append(f"conv kernel {cfg.linear_conv_kernel_dim} (need 4)")
+        if cfg.hidden_size % 8 or cfg.intermediate_size % 8:
+            problems.append("hidden_size and intermediate_size must be multiples of 8")
+        if cfg.linear_num_value_heads % cfg.linear_num_key_heads or cfg.num_attention_heads % cfg.num_key_value_heads:
+            problems.append("value/query heads must be multiples of key/kv heads")
+        if problems:
+            raise BackendError("the CUDA backend does not implement this model: " + "; ".join(problems))
+
+    def _call(self, fn: str, *args) -> None:
+        try:
+            getattr(self.lib, fn)(*args)
+        except abi.Cs1Error as exc:
+            raise BackendError(f"CUDA backend: {exc}", sticky=exc.sticky) from exc
+
+    def _device_alloc(self, nbytes: int):
+        p = self.ffi.new("void **")
+        self._call("cs1_malloc", p, max(int(nbytes), 1))
+        self._allocations.append(p[0])
+        return p[0]
+
+    def _upload(self, array: np.ndarray):
+        a = np.ascontiguousarray(array)
+        ptr = self._device_alloc(a.nbytes)
+        self._call("cs1_upload", ptr, self.ffi.from_buffer(a), a.nbytes, self.stream)
+        self.weight_bytes += a.nbytes
+        return ptr
+
+    def _bf16(self, name: str) -> np.ndarray:
+        a = self.checkpoint.raw(name)
+        if a.dtype != np.uint16:
+            raise BackendError(f"tensor {name} is {a.dtype}, expected bf16")
+        return a
+
+    def _load_weights(self) -> None:
+        cfg, ck = self.config, self.checkpoint
+        h = cfg.hidden_size
+        self.hv, self.hk_lin = cfg.linear_num_value_heads, cfg.linear_num_key_heads
+        self.hq, self.hkv, self.dh = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.dk = cfg.linear_key_head_dim
+        self.conv_dim = cfg.conv_dim
+        self.value_dim = cfg.linear_value_dim
+        self.n_gdn = _round_up(self.conv_dim + self.value_dim + 2 * self.hv, 8)
+        self.n_attn = (2 * self.hq + 2 * self.hkv) * self.dh
+        self.n_mlp = 2 * cfg.intermediate_size
+
+        self.embed = self._upload(self._bf16("embed_tokens.weight"))
+        self.final_norm = self._upload(self._bf16("norm.weight"))
+        self.letters = self._upload(np.ascontiguousarray(ck.letter_rows(), dtype=np.float32))
+        if ck.letter_rows().shape != (N_LETTERS, h):
+            raise BackendError(f"letter rows have shape {ck.letter_rows().shape}, expected ({N_LETTERS}, {h})")
+        half = cfg.rotary_dim // 2
+        # transformers: 1 / theta ** (arange(0, rotary_dim, 2) / rotary_dim), in fp32
+        exponent = np.arange(0, cfg.rotary_dim, 2, dtype=np.float32) / np.float32(cfg.rotary_dim)
+        inv_freq = (np.float32(1.0) / np.power(np.float32(cfg.rope_theta), exponent)).astype(np.float32)
+        self.inv_freq = self._upload(inv_freq[:half])
+
+        self.layers: list[_Layer] = []
+        for i, kind in enumerate(cfg.layer_types):
+            p = f"layers.{i}."
+            if kind == "linear_attention":
+                la = p + "linear_attn."
+                w_in = np.concatenate([self._bf16(la + n) for n in
+                                       ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight",
+                                        "in_proj_a.weight")], axis=0)
+                if w_in.shape[0] < self.n_gdn:
+                    w_in = np.concatenate([w_in, np.zeros((self.n_gdn - w_in.shape[0], h), np.uint16)], axis=0)
+                mixer = _GdnLayer(
+                    w_in=self._upload(w_in),
+                    conv_w=self._upload(self._bf16(la + "conv1d.weight").reshape(self.conv_dim, -1)),
+                    a_log=self._upload(ck.f32(la + "A_log").astype(np.float32)),
+                    dt_bias=self._upload(ck.f32(la + "dt_bias").astype(np.float32)),
+                    norm_w=self._upload(ck.f32(la + "norm.weight").astype(np.float32)),
+                    w_out=self._upload(self._bf16(la + "out_proj.weight")))
+                del w_in
+            else:
+                sa = p + "self_attn."
+                w_qkv = np.concatenate([self._bf16(sa + n) for n in ("q_proj.weight", "k_proj.weight",
+                                                                     "v_proj.weight")], axis=0)
+                mixer = _AttentionLayer(w_qkv=self._upload(w_qkv),
+                                        q_norm=self._upload(self._bf16(sa + "q_norm.weight")),
+                                        k_norm=self._upload(self._bf16(sa + "k_norm.weight")),
+                                        w_o=self._upload(self._bf16(sa + "o_proj.weight")))
+                del w_qkv
+            gate_up = np.concatenate([self._bf16(p + "mlp.gate_proj.weight"), self._bf16(p + "mlp.up_proj.weight")],
+                                     axis=0)
+            self.layers.append(_Layer(kind, self._upload(self._bf16(p + "input_layernorm.weight")),
+                                      self._upload(self._bf16(p + "post_attention_layernorm.weight")),
+                                      self._upload(gate_up), self._upload(self._bf16(p + "mlp.down_proj.weight")),
+                                      mixer))
+            del gate_up
+
+    def _allocate_scratch(self) -> None:
+        cfg, cap, rows = self.config, self.max_tokens, self.max_rows
+        h = cfg.hidden_size
+        self.io_ints = 2 * cap + 2 * rows + 1  # ids | positions | cu_seqlens | last_rows
+        ws = self.ffi.new("size_t *")
+        self._call("cs1_gdn_workspace_bytes", cap, rows, self.hv, ws)
+        self.gdn_workspace_bytes = int(ws[0])
+        a = _Arena()
+        a.add("io", self.io_ints * I32)
+        for name in ("res", "x", "delta"):
+            a.add(name, cap * h * BF16)
+        a.add("proj", cap * max(self.n_gdn, self.n_attn, self.n_mlp) * BF16)
+        a.add("conv", cap * self.conv_dim * BF16)
+        a.add("beta", cap * self.hv * F32)
+        a.add("g", cap * self.hv * F32)
+        a.add("gdn_o", cap * self.value_dim * BF16)
+        a.add("ln", cap * self.value_dim * BF16)
+        a.add("q", cap * self.hq * self.dh * BF16)
+        a.add("gate", cap * self.hq * self.dh * BF16)
+        a.add("k", cap * self.hkv * self.dh * BF16)
+        a.add("ao", cap * self.hq * self.dh * BF16)
+        a.add("act", cap * cfg.intermediate_size * BF16)
+        a.add("logits", rows * N_LETTERS * F32)
+        a.add("gdn_ws", self.gdn_workspace_bytes)
+        self.scratch_bytes = a.size
+        base = self.ffi.cast("char *", self._device_alloc(a.size))
+        self.buf = {name: base + off for name, off in a.offsets.items()}
+        # pinned host buffers: the per-call int32 inputs and the logits that come back
+        for attr, nbytes in (("host_io", self.io_ints * I32), ("host_logits", rows * N_LETTERS * F32)):
+            p = self.ffi.new("void **")
+            self._call("cs1_host_alloc", p, nbytes)
+            self._host_allocations.append(p[0])
+            setattr(self, attr, p[0])
+        self.host_io_view = np.frombuffer(self.ffi.buffer(self.host_io, self.io_ints * I32), dtype=np.int32)
+        self.host_logits_view = np.frombuffer(self.ffi.buffer(self.host_logits, rows * N_LETTERS * F32),
+                                              dtype=np.float32)
+
+    # ---- forward -----------------------------------------------------------------------------------------------
+
+    def _prepare(self, rows: Sequence[np.ndarray]) -> tuple[int, int]:
+        """Fill the pinned input buffer; returns (T, n)."""
+        n = len(rows)
+        arrays = [np.asarray(r) for r in rows]
+        lengths = np.array([a.size for a in arrays], dtype=np.int64)
+        if any(a.ndim != 1 for a in arrays) or (lengths == 0).any():
+            raise BackendError("every row must be a non-empty 1-D array of token ids")
+        T = int(lengths.sum())
+        if T > self.max_tokens:
+            raise BackendError(f"{T} tokens in one call, this backend was sized for max_tokens={self.max_tokens}")
+        if n > self.max_rows:
+            raise BackendError(f"{n} rows in one call, this backend was sized for max_rows={self.max_rows}")
+        ids = np.concatenate(arrays)
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            raise BackendError(f"token id outside 0..{self.config.vocab_size - 1}")
+        cu = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=cu[1:])
+        v = self.host_io_view
+        v[:T] = ids
+        v[T:2 * T] = np.arange(T, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+        v[2 * T:2 * T + n + 1] = cu
+        v[2 * T + n + 1:2 * T + 2 * n + 1] = cu[1:] - 1
+        return T, n
+
+    def _enqueue(self, T: int, n: int) -> None:
+        """Queue the whole forward for the prepared inputs (queue-only: capturable into a CUDA graph)."""
+        cfg, L, ffi, s, g = self.config, self.lib, self.ffi, self.stream, self.gemm
+        b, h, eps = self.buf, cfg.hidden_size, float(cfg.rms_norm_eps)
+        io = b["io"]
+        ids = ffi.cast("int32_t *", io)
+        positions = ffi.cast("int32_t *", io + 4 * T)
+        cu = ffi.cast("int32_t *", io + 8 * T)
+        last = ffi.cast("int32_t *", io + 8 * T + 4 * (n + 1))
+        L.cs1_upload_async(io, self.host_io, (2 * T + 2 * n + 1) * I32, s)
+        L.cs1_embed(ids, self.embed, b["res"], T, h, cfg.vocab_size, s)
+        L.cs1_rms_norm(b["res"], self.layers[0].input_norm, b["x"], T, h, eps, s)
+        attention = (L.cs1_attention_gated_bidirectional if self.attention_mode == "bidirectional"
+                     else L.cs1_attention_gated)
+        beta, gg = ffi.cast("float *", b["beta"]), ffi.cast("float *", b["g"])
+        for i, layer in enumerate(self.layers):
+            m = layer.mixer
+            if isinstance(m, _GdnLayer):
+                proj, ld = b["proj"], self.n_gdn
+                L.cs1_gemm(g, b["x"], h, m.w_in, proj, ld, T, self.n_gdn, h, s)
+                L.cs1_gdn_conv(proj, ld, m.conv_w, positions, b["conv"], T, self.conv_dim, s)
+                L.cs1_gdn_gates(proj + BF16 * (self.conv_dim + self.value_dim), ld, ffi.cast("float *", m.a_log),
+                                ffi.cast("float *", m.dt_bias), beta, gg, T, self.hv, s)
+                L.cs1_gdn_prefill(b["conv"], self.conv_dim, gg, beta, cu, n, b["gdn_o"], b["gdn_ws"],
+                                  self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
+                L.cs1_gated_rms_norm(b["gdn_o"], proj + BF16 * self.conv_dim, ld, ffi.cast("float *", m.norm_w),
+                                     self.round_weighted, b["ln"], T, self.hv, self.dk, eps, s)
+                L.cs1_gemm(g, b["ln"], self.value_dim, m.w_out, b["delta"], h, T, h, self.value_dim, s)
+            else:
+                proj, ld = b["proj"], self.n_attn
+                width = self.hq * self.dh
+                L.cs1_gemm(g, b["x"], h, m.w_qkv, proj, ld, T, self.n_attn, h, s)
+                L.cs1_attn_prep(proj, ld, m.q_norm, m.k_norm, positions, ffi.cast("float *", self.inv_freq), b["q"],
+                                b["gate"], b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
+                v = proj + BF16 * (2 * width + self.hkv * self.dh)
+                attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh,
+                          1.0 / math.sqrt(self.dh), s)
+                L.cs1_gemm(g, b["ao"], width, m.w_o, b["delta"], h, T, h, width, s)
+            L.cs1_add_rms_norm(b["res"], b["delta"], layer.post_norm, b["x"], T, h, eps, s)
+            inter = cfg.intermediate_size
+            L.cs1_gemm(g, b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, T, self.n_mlp, h, s)
+            L.cs1_silu_mul(b["proj"], self.n_mlp, b["act"], T, inter, s)
+            L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, T, h, inter, s)
+            if i + 1 < len(self.layers):
+                L.cs1_add_rms_norm(b["res"], b["delta"], self.layers[i + 1].input_norm, b["x"], T, h, eps, s)
+        # the last residual add and the final norm happen inside the read-out, at the last rows only
+        logits = ffi.cast("float *", b["logits"])
+        L.cs1_letter_readout(b["res"], b["delta"], last, n, self.final_norm, ffi.cast("float *", self.letters),
+                             N_LETTERS, logits, h, eps, s)
+        L.cs1_download_async(self.host_logits, b["logits"], n * N_LETTERS * F32, s)
+
+    def letter_logits(self, rows: Sequence[np.ndarray]) -> np.ndarray:
+        if len(rows) == 0:
+            return np.zeros((0, N_LETTERS), dtype=np.float32)
+        with self._lock:
+            T, n = self._prepare(rows)
+            try:
+                self._enqueue(T, n)
+                self.lib.cs1_stream_sync(self.stream)
+            except abi.Cs1Error as exc:
+                if not exc.sticky:
+                    self.lib.raw.cs1_stream_sync(self.stream)  # let queued work drain before the buffers are reused
+                raise BackendError(f"CUDA forward failed: {exc}", sticky=exc.sticky) from exc
+            out = self.host_logits_view[:n * N_LETTERS].reshape(n, N_LETTERS).copy()
+        if not np.isfinite(out).all():
+            bad = sorted({int(r) for r in np.nonzero(~np.isfinite(out))[0]})
+            raise BackendError(f"non-finite letter logits in row(s) {bad}")
+        return out
+
+    # ---- info and teardown ---------------------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        cc_major, cc_minor, sms = (self.ffi.new("int *") for _ in range(3))
+        total = self.ffi.new("size_t *")
+        device = {"index": self.device}
+        if self.lib.raw.cs1_device_info(self.device, cc_major, cc_minor, sms, total) == 0:
+            device.update(compute_capability=f"{cc_major[0]}.{cc_minor[0]}", sm_count=sms[0], total_bytes=total[0])
+        return {
+            "backend": self.name,
+            "library": str(Path(self.lib.path).resolve()),
+            "build_info": self.lib.build_info(),
+            "device": device,
+            "attention_mode": self.attention_mode,
+            "gdn_param_precision": self.profile.gdn_param_precision,
+            "max_tokens": self.max_tokens,
+            "max_rows": self.max_rows,
+            "weight_bytes": self.weight_bytes,
+            "scratch_bytes": self.scratch_bytes,
+            "model": self.profile.describe(),
+        }
+
+    def close(self) -> None:
+        """Free device and pinned memory (waits for queued work first). Safe to call twice."""
+        raw = self.lib.raw
+        if self.stream is not None:
+            raw.cs1_stream_sync(self.stream)
+        for p in self._allocations:
+            raw.cs1_free(p)
+        self._allocations.clear()
+        for p in self._host_allocations:
+            raw.cs1_host_free(p)
+        self._host_allocations.clear()
+        if self.gemm is not None:
+            raw.cs1_gemm_destroy(self.gemm)
+            self.gemm = None
+        if self.stream is not None:
+            raw.cs1_stream_destroy(self.stream)
+            self.stream = None
+
+    def __enter__(self) -> CudaBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,316 @@
+"""CudaBackend's wiring without a GPU: a numpy stand-in for libqwen3_5_cuda.so implements every op it calls with the
+semantics written in native/cs1.h (pointers are host memory), so the weight fusion, buffer offsets, row strides,
+packing (cu_seqlens, positions, last rows) and the layer sequence are checked against the numpy ReferenceBackend.
+
+Criterion as on the GPU: the letter probabilities (T = 1) differ by <= 0.02 and the top letter agrees (unless the
+reference's top two are within 0.01: a near-tie that tolerance cannot resolve). The projection matrices of the tiny
+random checkpoint are scaled by 1/4 (exact in bf16): at tiny.py's default scale the random network is chaotic under
+bf16 rounding (transformers in bf16 itself differs from the fp32 reference by 0.07 in probability), which would
+hide wiring errors behind rounding noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from startlux_native import abi, bf16
+from startlux_native.checkpoint import load_checkpoint, read_safetensors_header
+from startlux_native.cuda_backend import CudaBackend
+from startlux_native.reference import ReferenceBackend, attention, gated_delta_rule_chunked
+from startlux_native.tiny import make_tiny_checkpoint
+
+TINY = dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=256,
+            intermediate_size=256, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
+            linear_value_head_dim=128, vocab_size=4096)
+LENGTHS = [1, 5, 63, 64, 65, 130]
+MATRICES = ("proj.weight", "proj_qkv.weight", "proj_z.weight", "proj_a.weight", "proj_b.weight")
+NEAR_TIE = 0.01
+
+
+def scale_matrices(folder, shift: int = 2):
+    """Multiply every projection matrix by 2**-shift in place (bf16 exponent - shift: exact for normal values)."""
+    path = folder / "model.safetensors"
+    mm = np.memmap(path, dtype=np.uint8, mode="r+")
+    for name, e in read_safetensors_header(path).items():
+        if name.endswith(MATRICES):
+            v = mm[e.begin:e.end].view(np.uint16)
+            assert ((v >> 7) & 0xFF).min() > shift, name
+            v[:] = (v.astype(np.int32) - (shift << 7)).astype(np.uint16)
+    mm.flush()
+    del mm
+    return folder
+
+
+def rb(x: np.ndarray) -> np.ndarray:
+    """round to bf16 values (float32)"""
+    return bf16.round_(np.asarray(x, dtype=np.float32))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+class FakeLibrary(abi.Library):
+    """The ABI in numpy on host memory. Ops follow cs1.h's rounding points; nothing can fail."""
+
+    def __init__(self):  # no dlopen: everything below is plain Python
+        import cffi
+
+        self.path = "numpy-fake"
+        self.ffi = cffi.FFI()
+        self.raw = self
+        self._keep: dict[int, object] = {}
+        self._int_functions = set()
+        self._wrappers = {}
+
+    def build_info(self) -> str:
+        return "numpy fake"
+
+    def error_string(self, status: int) -> str:
+        return f"fake status {status}"
+
+    # ---- memory helpers
+    def _addr(self, p) -> int:
+        return int(self.ffi.cast("uintptr_t", p))
+
+    def _new(self, nbytes):
+        a = self.ffi.new("char[]", max(int(nbytes), 1))
+        self._keep[self._addr(a)] = a
+        return self.ffi.cast("void *", a)
+
+    def view(self, p, dtype, count):
+        dtype = np.dtype(dtype)
+        return np.frombuffer(self.ffi.buffer(self.ffi.cast("char *", p), int(count) * dtype.itemsize), dtype=dtype)
+
+    def rows(self, p, dtype, n_rows, cols, ld):
+        """[n_rows, cols] strided view (rows of ld elements)."""
+        v = self.view(p, dtype, (n_rows - 1) * ld + cols)
+        return np.lib.stride_tricks.as_strided(v, shape=(n_rows, cols), strides=(ld * v.itemsize, v.itemsize))
+
+    def bf(self, p, n_rows, cols, ld=None):
+        return bf16.from_bits(self.rows(p, np.uint16, n_rows, cols, ld or cols)).astype(np.float32)
+
+    def put(self, p, values, n_rows, cols, ld=None):
+        self.rows(p, np.uint16, n_rows, cols, ld or cols)[...] = bf16.to_bits(
+            np.asarray(values, np.float32).reshape(n_rows, cols))
+
+    # ---- runtime
+    def cs1_set_device(self, d):
+        return 0
+
+    def cs1_stream_create(self, out):
+        out[0] = self.ffi.cast("void *", 1)
+        return 0
+
+    def cs1_stream_sync(self, s):
+        return 0
+
+    def cs1_stream_destroy(self, s):
+        return 0
+
+    def cs1_gemm_create(self, ws, out):
+        out[0] = self.ffi.cast("void *", 2)
+        return 0
+
+    def cs1_gemm_destroy(self, g):
+        return 0
+
+    def cs1_malloc(self, out, nbytes):
+        out[0] = self._new(nbytes)
+        return 0
+
+    cs1_host_alloc = cs1_malloc
+
+    def cs1_free(self, p):
+        self._keep.pop(self._addr(p), None)
+        return 0
+
+    cs1_host_free = cs1_free
+
+    def _copy(self, dst, src, nbytes, s=None):
+        self.ffi.memmove(self.ffi.cast("char *", dst), self.ffi.cast("char *", src), nbytes)
+        return 0
+
+    cs1_upload = cs1_upload_async = cs1_download = cs1_download_async = cs1_copy_dd = _copy
+
+    def cs1_memset_async(self, p, value, nbytes, s):
+        self.view(p, np.uint8, nbytes)[:] = value & 0xFF
+        return 0
+
+    def cs1_device_info(self, d, a, b, c, t):
+        a[0], b[0], c[0], t[0] = 0, 0, 0, 0
+        return 0
+
+    def cs1_gdn_workspace_bytes(self, T, n, H, out):
+        out[0] = 256
+        return 0
+
+    # ---- ops
+    def cs1_embed(self, ids, table, out, T, D, vocab, s):
+        idx = self.view(ids, np.int32, T)
+        self.rows(out, np.uint16, T, D, D)[...] = self.rows(table, np.uint16, vocab, D, D)[idx]
+        return 0
+
+    @staticmethod
+    def _norm(x, w, eps):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (1.0 + w)
+
+    def cs1_rms_norm(self, x, w, out, rows, D, eps, s):
+        self.put(out, self._norm(self.bf(x, rows, D), self.bf(w, 1, D)[0], eps), rows, D)
+        return 0
+
+    def cs1_add_rms_norm(self, res, delta, w, out, rows, D, eps, s):
+        r = rb(self.bf(res, rows, D) + self.bf(delta, rows, D))
+        self.put(res, r, rows, D)
+        self.put(out, self._norm(r, self.bf(w, 1, D)[0], eps), rows, D)
+        return 0
+
+    def cs1_gemm(self, g, x, ldx, w, y, ldy, M, N, K, s):
+        # float64 products: a row's result does not depend on M (numpy's float32 blocking would)
+        self.put(y, self.bf(x, M, K, ldx).astype(np.float64) @ self.bf(w, N, K).T.astype(np.float64), M, N, ldy)
+        return 0
+
+    def cs1_gdn_conv(self, qkv, ld, w, positions, out, T, C, s):
+        x = self.bf(qkv, T, C, ld)
+        wt = self.bf(w, C, 4)
+        pos = self.view(positions, np.int32, T)
+        acc = np.zeros((T, C), np.float32)
+        for j in range(4):
+            back = 3 - j
+            src = np.zeros((T, C), np.float32)
+            src[back:] = x[:T - back] if back else x
+            src[pos < back] = 0.0  # history never crosses a prompt start
+            acc += wt[:, j][None, :] * src
+        self.put(out, silu(acc), T, C)
+        return 0
+
+    def cs1_gdn_gates(self, ba, ld, a_log, dt_bias, beta, g, T, H, s):
+        v = self.bf(ba, T, 2 * H, ld)
+        b, a = v[:, :H], v[:, H:]
+        al = self.view(a_log, np.float32, H)
+        dt = self.view(dt_bias, np.float32, H)
+        self.view(beta, np.float32, T * H)[:] = rb(1.0 / (1.0 + np.exp(-b))).reshape(-1)
+        u = a + dt
+        sp = np.where(u > 20, u, np.log1p(np.exp(np.minimum(u, 20))))
+        self.view(g, np.float32, T * H)[:] = (-np.exp(al) * sp).astype(np.float32).reshape(-1)
+        return 0
+
+    def cs1_gdn_prefill(self, qkv, ld, g, beta, cu, n, o, ws, wsb, T, H, HK, scale, s):
+        cuv = self.view(cu, np.int32, n + 1)
+        x = self.bf(qkv, T, ld, ld)
+        gv = self.view(g, np.float32, T * H).reshape(T, H)
+        bv = self.view(beta, np.float32, T * H).reshape(T, H)
+        out = np.zeros((T, H * 128), np.float32)
+        for i in range(n):
+            a, e = int(cuv[i]), int(cuv[i + 1])
+            if e <= a:
+                continue
+            q = x[a:e, :HK * 128].reshape(-1, HK, 128)
+            k = x[a:e, HK * 128:2 * HK * 128].reshape(-1, HK, 128)
+            v = x[a:e, 2 * HK * 128:2 * HK * 128 + H * 128].reshape(-1, H, 128)
+            res, _ = gated_delta_rule_chunked(q, k, v, gv[a:e], bv[a:e], scale=scale)
+            out[a:e] = res.reshape(e - a, H * 128)
+        self.put(o, out, T, H * 128)
+        return 0
+
+    def cs1_gated_rms_norm(self, x, z, ldz, w, rw, out, T, H, D, eps, s):
+        xv = self.bf(x, T * H, D)
+        zv = self.bf(z, T, H * D, ldz).reshape(T * H, D)
+        wv = self.view(w, np.float32, D)
+        n = rb(xv / np.sqrt(np.mean(xv * xv, axis=-1, keepdims=True) + eps)) * wv
+        if rw:
+            n = rb(n)
+        self.put(out, n * silu(zv), T * H, D)
+        return 0
+
+    def cs1_attn_prep(self, qkv, ld, qw, kw, positions, inv_freq, q, gate, k, T, Hq, Hk, Dh, rot, eps, s):
+        x = self.bf(qkv, T, (2 * Hq + Hk) * Dh, ld)
+        qg = x[:, :2 * Hq * Dh].reshape(T, Hq, 2 * Dh)
+        kk = x[:, 2 * Hq * Dh:].reshape(T, Hk, Dh)
+        half = rot // 2
+        phi = self.view(positions, np.int32, T).astype(np.float32)[:, None] * self.view(inv_freq, np.float32, half)
+        c, sn = rb(np.cos(phi))[:, None, :], rb(np.sin(phi))[:, None, :]
+
+        def prep(v, w):
+            nrm = rb(self._norm(v, self.bf(w, 1, Dh)[0], eps))
+            x1, x2 = nrm[..., :half].copy(), nrm[..., half:rot].copy()
+            nrm[..., :half] = rb(rb(x1 * c) + rb(-x2 * sn))
+            nrm[..., half:rot] = rb(rb(x2 * c) + rb(x1 * sn))
+            return nrm
+
+        self.put(q, prep(qg[:, :, :Dh], qw), T, Hq * Dh)
+        self.put(gate, qg[:, :, Dh:], T, Hq * Dh)
+        self.put(k, prep(kk, kw), T, Hk * Dh)
+        return 0
+
+    def _attention(self, q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, s, *, causal):
+        cuv = self.view(cu, np.int32, n + 1)
+        qv = self.bf(q, T, Hq * Dh).reshape(T, Hq, Dh)
+        kv = self.bf(k, T, Hk * Dh).reshape(T, Hk, Dh)
+        vv = self.bf(v, T, Hk * Dh, ldv).reshape(T, Hk, Dh)
+        gv = self.bf(gate, T, Hq * Dh)
+        o = np.zeros((T, Hq * Dh), np.float32)
+        for i in range(n):
+            a, e = int(cuv[i]), int(cuv[i + 1])
+            att = attention(qv[a:e], kv[a:e], vv[a:e], causal=causal, scale=scale).reshape(e - a, Hq * Dh)
+            o[a:e] = rb(att) * rb(1.0 / (1.0 + np.exp(-gv[a:e])))
+        self.put(out, o, T, Hq * Dh)
+        return 0
+
+    def cs1_attention_gated(self, *args):
+        return self._attention(*args, causal=True)
+
+    def cs1_attention_gated_bidirectional(self, *args):
+        return self._attention(*args, causal=False)
+
+    def cs1_silu_mul(self, gu, ld, out, T, I, s):
+        x = self.bf(gu, T, 2 * I, ld)
+        self.put(out, rb(silu(x[:, :I])) * x[:, I:], T, I)
+        return 0
+
+    def cs1_letter_readout(self, res, delta, last, n, w, letters, nl, logits, D, eps, s):
+        rows = self.view(last, np.int32, n)
+        T = int(rows.max()) + 1
+        h = self.bf(res, T, D)[rows]
+        if delta != self.ffi.NULL:
+            h = rb(h + self.bf(delta, T, D)[rows])
+        y = rb(self._norm(h, self.bf(w, 1, D)[0], eps))
+        lv = self.view(letters, np.float32, nl * D).reshape(nl, D)
+        self.view(logits, np.float32, n * nl)[:] = (y @ lv.T).reshape(-1)
+        return 0
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return scale_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("wiring") / "ckpt", seed=3,
+                                               with_tokenizer=False, with_decision_config=True, **TINY))
+
+
+def probs(z):
+    z = z.astype(np.float64) - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("mode", ["bidirectional", "causal"])
+def test_backend_wiring_matches_reference(tiny_folder, mode):
+    ck = load_checkpoint(tiny_folder, attention_mode=mode, require_tokenizer=False)
+    rng = np.random.default_rng(11)
+    rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
+    with CudaBackend(ck, library=FakeLibrary(), max_tokens=512, max_rows=8) as be:
+        got = be.letter_logits(rows)
+        single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])
+        print(be.describe())
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    pg, pr = probs(got), probs(ref)
+    diff = np.abs(pg - pr).max(-1)
+    top2 = np.sort(pr, axis=-1)[:, -2:]
+    tie = top2[:, 1] - top2[:, 0] < NEAR_TIE
+    for n, d, a, b, t in zip(LENGTHS, diff, pg.argmax(-1), pr.argmax(-1), tie, strict=True):
+        print(f"{mode} {n:4d} tokens: top {chr(65 + a)}/{chr(65 + b)}{' (near-tie)' if t else ''}, max |dp| {d:.5f}")
+    assert ((pg.argmax(-1) == pr.argmax(-1)) | tie).all()
+    assert diff.max() <= 0.02
+    sep = np.abs(probs(single) - pg[:3]).max()
+    print(f"{mode}: rows alone vs packed: max |dp| {sep:.2e}")
+    assert sep <= 1e-5, "a row's result depends on the other rows of the call"

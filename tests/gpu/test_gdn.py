@@ -1,0 +1,424 @@
+"""Gated DeltaNet ops (native/gdn.cu): conv + SiLU, gates, chunked delta rule, against float64 numpy references.
+
+GPU tests skip here without a device (conftest's cs1 fixture). test_chunked_mirror_matches_recurrence runs on the
+CPU: it replays, in float64, exactly the per-chunk steps and workspace quantities of the four prefill kernels and
+checks them against the token-by-token recurrence at 1e-10, so algebra errors show up before device time is spent.
+
+Tolerances: conv within 1 bf16 ulp of the once-rounded float64 value; beta within 1 bf16 ulp of bf16(sigmoid(b)),
+g within 4e-6 relative (fp32 exp/log1p); prefill max|diff| <= 2e-2 * max|ref| (spec native-abi-reference.md §7.2:
+bf16 output and fp32 state against an exact recurrence). Every measured error is printed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from startlux_native import bf16
+
+D = 128  # d_k = d_v
+C = 64  # chunk
+L2_EPS = 1e-6
+PREFILL_TOL = 2e-2
+SHAPE, ALIGNMENT, NULL, WORKSPACE = 2001, 2002, 2003, 2006
+
+
+# ---- float64 references ----------------------------------------------------------------------------------------------
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def l2norm(x):
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
+
+
+def conv_reference(x, w, positions):
+    """x [T, ch], w [ch, 4] bf16 values, positions [T]: silu(sum_j w[:, j] x[t-3+j]) with history cut at prompt
+    starts, as float64 before the single bf16 rounding. The sum is the fp32 one of the kernel (and causal-conv1d):
+    taps in order j = 0..3, each bf16 x bf16 product exact in fp32, so float32 adds reproduce it exactly; an exact
+    float64 sum would differ by several bf16 ulps where the taps cancel."""
+    t = x.shape[0]
+    acc = np.zeros(x.shape, dtype=np.float32)
+    for j in range(4):
+        back = 3 - j
+        shifted = np.zeros(x.shape, dtype=np.float32)
+        if back < t:
+            shifted[back:] = x[: t - back]
+        tap = np.where((positions >= back)[:, None], shifted, np.float32(0.0))
+        acc += tap * w[None, :, j].astype(np.float32)
+    return silu(acc.astype(np.float64))
+
+
+def recurrence(q, k, v, g, beta, scale):
+    """Token by token (spec §6.6). q, k [T, HK, 128]; v [T, H, 128]; g, beta [T, H] -> o [T, H, 128] (float64)."""
+    r = v.shape[1] // k.shape[1]
+    qh = np.repeat(l2norm(q), r, axis=1) * scale
+    kh = np.repeat(l2norm(k), r, axis=1)
+    s = np.zeros((v.shape[1], D, D))
+    o = np.empty(v.shape)
+    for t in range(v.shape[0]):
+        s *= np.exp(g[t])[:, None, None]
+        pred = np.matmul(kh[t][:, None, :], s)[:, 0]
+        delta = beta[t][:, None] * (v[t] - pred)
+        s += kh[t][:, :, None] * delta[:, None, :]
+        o[t] = np.matmul(qh[t][:, None, :], s)[:, 0]
+    return o
+
+
+def packed_recurrence(q, k, v, g, beta, cu, scale, t_total):
+    o = np.zeros((t_total, v.shape[1], D))
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        if b > a:
+            o[a:b] = recurrence(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], scale)
+    return o
+
+
+def chunked_mirror(q, k, v, g, beta, cu, scale, t_total):
+    """The prefill kernels' steps in float64, same quantities and order (see the header of native/gdn.cu)."""
+    hv, hk = v.shape[1], k.shape[1]
+    r = hv // hk
+    # 1. index: sanitised starts and the chunk offsets of each prompt
+    starts = np.maximum.accumulate(np.clip(np.asarray(cu, dtype=np.int64), 0, t_total))
+    n_chunks = -(-(starts[1:] - starts[:-1]) // C)
+    chunk_off = np.concatenate([[0], np.cumsum(n_chunks)])
+    o = np.full((t_total, hv, D), np.nan)
+    o[: starts[0]] = 0.0
+    o[starts[-1]:] = 0.0
+    for s in range(len(cu) - 1):
+        state = np.zeros((hv, D, D))
+        for c in range(chunk_off[s], chunk_off[s + 1]):
+            row0 = starts[s] + (c - chunk_off[s]) * C
+            n = min(C, starts[s + 1] - row0)
+            rows = slice(row0, row0 + n)
+
+            def pad(x, n=n):  # [n, ...] -> [C, ...], masked rows zero; heads first
+                out = np.zeros((C,) + x.shape[1:])
+                out[:n] = x
+                return np.moveaxis(out, 1, 0)
+
+            kraw = np.repeat(pad(k[rows]), r, axis=0)  # [H, 64, 128]
+            qraw = np.repeat(pad(q[rows]), r, axis=0)
+            vv, gg, bb = pad(v[rows]), pad(g[rows]), pad(beta[rows])  # [H, 64, 128], [H, 64], [H, 64]
+            # 2. prep: Gam, 1/|k|, L, then U and W by forward substitution
+            gam = np.cumsum(gg, axis=1)
+            rk = 1.0 / np.sqrt(np.sum(kraw * kraw, axis=2) + L2_EPS)
+            khat = kraw * rk[:, :, None]
+            lower = np.tril(np.ones((C, C), dtype=bool), -1)
+            diff = np.where(lower, gam[:, :, None] - gam[:, None, :], 0.0)
+            big_l = np.where(lower, bb[:, :, None] * (khat @ np.swapaxes(khat, 1, 2)) * np.exp(diff), 0.0)
+            rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam))[:, :, None] * khat
+            u, w = np.zeros_like(rhs_u), np.zeros_like(rhs_w)
+            for i in range(C):
+                u[:, i] = rhs_u[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], u[:, :i])
+                w[:, i] = rhs_w[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], w[:, :i])
+            # 3. walk: S0 of the chunk, Delta over U, state update with Kd = k^ e^{Gam_63 - Gam}
+            s0 = state.copy()
+            delta = u - w @ s0
+            gam_last = gam[:, C - 1]
+            kd = khat * np.exp(gam_last[:, None] - gam)[:, :, None]
+            state = np.exp(gam_last)[:, None, None] * s0 + np.swapaxes(kd, 1, 2) @ delta
+            # 4. out: P = (Q~ K^T) .* D (diagonal included), O = e^Gam Q~ S0 + P Delta
+            rq = 1.0 / np.sqrt(np.sum(qraw * qraw, axis=2) + L2_EPS)
+            qt = qraw * rq[:, :, None] * scale
+            incl = np.tril(np.ones((C, C), dtype=bool))
+            diff = np.where(incl, gam[:, :, None] - gam[:, None, :], 0.0)
+            p = np.where(incl, (qt @ np.swapaxes(khat, 1, 2)) * np.exp(diff), 0.0)
+            out = np.exp(gam)[:, :, None] * (qt @ s0) + p @ delta
+            o[rows] = np.moveaxis(out, 0, 1)[:n]
+    return o
+
+
+# ---- inputs ----------------------------------------------------------------------------------------------------------
+
+def bf16_normal(rng, shape, amplitude=1.0):
+    return bf16.round_(rng.standard_normal(shape).astype(np.float32) * np.float32(amplitude))
+
+
+def realistic_gates(rng, t, h, weak=False):
+    """g from the gate formula with Qwen-like A_log / dt_bias, beta = bf16(sigmoid(b)) in (0, 1); fp32 like the op."""
+    if weak:
+        g = -rng.uniform(1e-5, 1e-3, (t, h)).astype(np.float32)
+    else:
+        a_log = np.log(rng.uniform(1.0, 16.0, h)).astype(np.float32)
+        dt_bias = np.log(np.expm1(rng.uniform(1e-3, 1e-1, h))).astype(np.float32)
+        u = bf16_normal(rng, (t, h)) + dt_bias
+        sp = np.where(u > 20, u, np.log1p(np.exp(np.minimum(u, 20.0))))
+        g = (-np.exp(a_log) * sp).astype(np.float32)
+    b = bf16_normal(rng, (t, h), 1.5)
+    beta = bf16.round_((1.0 / (1.0 + np.exp(-b.astype(np.float64)))).astype(np.float32))
+    beta = bf16.round_(np.clip(beta, 2.0**-10, 1.0 - 2.0**-8))  # strictly inside (0, 1), bf16 values
+    return g, beta
+
+
+def prefill_inputs(rng, t, h, hk, *, amplitude=1.0, weak=False, extra_cols=0):
+    """qkv bf16 bits [T, ld] (columns past the q|k|v block are NaN), g, beta fp32; plus float64 q, k, v views."""
+    width = (2 * hk + h) * D
+    ld = width + extra_cols
+    vals = np.empty((t, ld), dtype=np.float32)
+    vals[:, : 2 * hk * D] = bf16_normal(rng, (t, 2 * hk * D), amplitude)
+    vals[:, 2 * hk * D: width] = bf16_normal(rng, (t, h * D))
+    vals[:, width:] = np.nan
+    bits = bf16.to_bits(vals)
+    g, beta = realistic_gates(rng, t, h, weak)
+    v64 = vals.astype(np.float64)
+    q = v64[:, : hk * D].reshape(t, hk, D)
+    k = v64[:, hk * D: 2 * hk * D].reshape(t, hk, D)
+    v = v64[:, 2 * hk * D: width].reshape(t, h, D)
+    return bits, ld, g, beta, q, k, v
+
+
+# ---- CPU mirror of the kernels' algebra ------------------------------------------------------------------------------
+
+def test_chunked_mirror_matches_recurrence(rng):
+    h, hk, scale = 4, 2, D**-0.5
+    lengths = [1, 63, 64, 65, 130, 0, 7]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    t = int(cu[-1]) + 5  # 5 padding rows
+    _, _, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
+    g64, b64 = g.astype(np.float64), beta.astype(np.float64)
+    ref = packed_recurrence(q, k, v, g64, b64, cu, scale, t)
+    got = chunked_mirror(q, k, v, g64, b64, cu, scale, t)
+    assert np.all(np.isfinite(got)), "mirror left rows unwritten"
+    assert np.all(got[cu[-1]:] == 0)
+    ratio = np.max(np.abs(got - ref)) / np.max(np.abs(ref))
+    print(f"mirror vs recurrence: max|diff|/max|ref| = {ratio:.3e}")
+    assert ratio <= 1e-10
+    # weak decay and tiny q/k amplitudes through the same algebra
+    _, _, g, beta, q, k, v = prefill_inputs(rng, 200, h, hk, amplitude=1e-9, weak=True)
+    cu = np.array([0, 200])
+    ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, scale, 200)
+    got = chunked_mirror(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, scale, 200)
+    ratio = np.max(np.abs(got - ref)) / np.max(np.abs(ref))
+    print(f"mirror (weak decay, |q|,|k| ~ 1e-9): max|diff|/max|ref| = {ratio:.3e}")
+    assert ratio <= 1e-10
+
+
+# ---- GPU helpers -----------------------------------------------------------------------------------------------------
+
+def f32p(gpu, buf):
+    return gpu.ffi.cast("float *", buf.ptr)
+
+
+def i32p(gpu, buf):
+    return gpu.ffi.cast("int32_t *", buf.ptr)
+
+
+def workspace_bytes(cs1, t, n_seqs, h):
+    out = cs1.ffi.new("size_t *")
+    cs1.cs1_gdn_workspace_bytes(t, n_seqs, h, out)
+    return int(out[0])
+
+
+def run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk, scale=D**-0.5):
+    """o as float32 [T, H, 128]; o and the workspace start poisoned (NaN)."""
+    cu = np.asarray(cu, dtype=np.int32)
+    n_seqs = len(cu) - 1
+    ws_bytes = workspace_bytes(cs1, t, n_seqs, h)
+    d_qkv, d_g, d_b, d_cu = gpu.upload(bits), gpu.upload(g), gpu.upload(beta), gpu.upload(cu)
+    d_o, d_ws = gpu.empty(t * h * D * 2), gpu.empty(ws_bytes)
+    cs1.cs1_gdn_prefill(d_qkv.ptr, ld, f32p(gpu, d_g), f32p(gpu, d_b), i32p(gpu, d_cu), n_seqs, d_o.ptr, d_ws.ptr,
+                        ws_bytes, t, h, hk, scale, gpu.stream)
+    gpu.sync()
+    return bf16.from_bits(gpu.download(d_o, np.uint16, (t, h, D)))
+
+
+def check_prefill(label, got, ref):
+    assert np.all(np.isfinite(got)), f"{label}: non-finite output (poison left in place?)"
+    ratio = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+    print(f"{label}: max|diff|/max|ref| = {ratio:.3e} (tolerance {PREFILL_TOL})")
+    assert ratio <= PREFILL_TOL
+
+
+# ---- conv ------------------------------------------------------------------------------------------------------------
+
+def positions_for(lengths):
+    return np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
+
+
+def run_conv(cs1, gpu, bits, ld, w_bits, positions, t, channels, byte_offset=0):
+    d_x = gpu.empty(bits.nbytes + 16, poison=False)
+    cs1.cs1_upload(d_x.at(byte_offset), gpu.ffi.from_buffer(bits), bits.nbytes, gpu.stream)
+    d_w, d_pos = gpu.upload(w_bits), gpu.upload(positions)
+    d_out = gpu.empty(t * channels * 2)
+    cs1.cs1_gdn_conv(d_x.at(byte_offset), ld, d_w.ptr, i32p(gpu, d_pos), d_out.ptr, t, channels, gpu.stream)
+    gpu.sync()
+    return gpu.download(d_out, np.uint16, (t, channels))
+
+
+def check_conv(label, out_bits, ref):
+    got = bf16.from_bits(out_bits).astype(np.float64)
+    ulps = np.abs(got - ref) / bf16.ulp(ref.astype(np.float32))
+    print(f"{label}: max error {float(ulps.max()):.3f} bf16 ulp")
+    assert np.all(np.isfinite(got))
+    assert ulps.max() <= 1.0
+
+
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 4097])
+def test_conv_matches_reference(cs1, gpu, rng, t):
+    channels, ld = 8192, 12352  # the 4B: q|k|v columns of the fused GDN projection row
+    lengths = [t] if t < 64 else [1, 2, 3, 5, t - 11]
+    positions = positions_for(lengths)
+    x = bf16_normal(rng, (t, ld))
+    w = bf16_normal(rng, (channels, 4), 0.5)
+    out = run_conv(cs1, gpu, bf16.to_bits(x), ld, bf16.to_bits(w), positions, t, channels)
+    ref = conv_reference(x[:, :channels].astype(np.float64), w.astype(np.float64), positions)
+    check_conv(f"conv T={t} (16-byte path)", out, ref)
+
+
+def test_conv_unaligned_path_matches_vector_path(cs1, gpu, rng):
+    t, channels = 300, 8192
+    positions = positions_for([100, 3, 197])
+    x = bf16_normal(rng, (t, channels))
+    w_bits = bf16.to_bits(bf16_normal(rng, (channels, 4), 0.5))
+    ref = conv_reference(x.astype(np.float64), bf16.from_bits(w_bits).astype(np.float64), positions)
+    vec = run_conv(cs1, gpu, bf16.to_bits(np.pad(x, ((0, 0), (0, 8)))), channels + 8, w_bits, positions, t, channels)
+    odd = run_conv(cs1, gpu, bf16.to_bits(np.pad(x, ((0, 0), (0, 1)))), channels + 1, w_bits, positions, t, channels)
+    shifted = run_conv(cs1, gpu, bf16.to_bits(x), channels, w_bits, positions, t, channels, byte_offset=2)
+    check_conv("conv odd ld (scalar path)", odd, ref)
+    assert np.array_equal(vec, odd) and np.array_equal(vec, shifted), "scalar and 16-byte paths differ"
+    small = 37  # channel count not a multiple of 8
+    out = run_conv(cs1, gpu, bf16.to_bits(x[:, :small].copy()), small, w_bits[:small].copy(), positions, t, small)
+    check_conv("conv 37 channels", out, ref[:, :small])
+
+
+# ---- gates -----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("t", [1, 65, 4097])
+def test_gates_match_reference(cs1, gpu, rng, t):
+    h = 32
+    ld = 2 * h + 6
+    ba = bf16_normal(rng, (t, ld), 3.0)
+    ba[:, h: 2 * h] += bf16.round_(rng.choice(np.float32([0.0, 18.0, 25.0, -30.0]), (t, h)))  # softplus regimes
+    ba = bf16.round_(ba)
+    a_log = np.log(rng.uniform(1.0, 16.0, h)).astype(np.float32)
+    dt_bias = rng.uniform(-7.0, 1.0, h).astype(np.float32)
+    d_ba, d_alog, d_dt = gpu.upload(bf16.to_bits(ba)), gpu.upload(a_log), gpu.upload(dt_bias)
+    d_beta, d_g = gpu.empty(t * h * 4), gpu.empty(t * h * 4)
+    cs1.cs1_gdn_gates(d_ba.ptr, ld, f32p(gpu, d_alog), f32p(gpu, d_dt), f32p(gpu, d_beta), f32p(gpu, d_g), t, h,
+                      gpu.stream)
+    gpu.sync()
+    beta = gpu.download(d_beta, np.float32, (t, h))
+    g = gpu.download(d_g, np.float32, (t, h))
+    b, a = ba[:, :h].astype(np.float64), ba[:, h: 2 * h]
+    beta_ref = 1.0 / (1.0 + np.exp(-b))
+    assert np.array_equal(bf16.round_(beta), beta), "beta is not bf16-representable"
+    beta_ulps = np.abs(beta - beta_ref) / bf16.ulp(beta_ref.astype(np.float32))
+    u = (a + dt_bias).astype(np.float32).astype(np.float64)  # the add happens in fp32
+    g_ref = -np.exp(a_log.astype(np.float64)) * np.where(u > 20, u, np.log1p(np.exp(np.minimum(u, 20.0))))
+    g_rel = np.abs(g - g_ref) / np.abs(g_ref)
+    print(f"gates T={t}: beta max {float(beta_ulps.max()):.3f} bf16 ulp, g max rel {float(g_rel.max()):.2e}")
+    assert beta_ulps.max() <= 1.0
+    assert g_rel.max() <= 4e-6
+
+
+# ---- prefill ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 700, 2048, 4097])
+def test_prefill_4b_heads(cs1, gpu, rng, t):
+    h, hk = 32, 16
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, [0, t], t, h, hk)
+    ref = recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), D**-0.5)
+    check_prefill(f"prefill T={t} H=32 HK=16", got, ref)
+
+
+@pytest.mark.parametrize("h,hk,t", [(8, 2, 200), (4, 4, 130), (6, 1, 65)])
+def test_prefill_grouped_heads_and_stride(cs1, gpu, rng, h, hk, t):
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk, extra_cols=72)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, [0, t], t, h, hk)
+    ref = recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), D**-0.5)
+    check_prefill(f"prefill H={h} HK={hk} T={t} ld={ld}", got, ref)
+
+
+def test_prefill_packed_equals_separate_calls(cs1, gpu, rng):
+    h, hk = 32, 16
+    lengths = [1, 64, 0, 65, 700]  # an empty prompt too
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1]) + 37  # padding rows at the end
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk)
+    assert np.all(got[cu[-1]:] == 0), "padding rows are not zero"
+    ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
+    check_prefill(f"packed prompts {lengths}", got[: cu[-1]], ref[: cu[-1]])
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        if b == a:
+            continue
+        alone = run_prefill(cs1, gpu, bits[a:b].copy(), ld, g[a:b].copy(), beta[a:b].copy(), [0, b - a], int(b - a),
+                            h, hk)
+        assert np.array_equal(alone, got[a:b]), f"prompt rows {a}:{b} differ from a separate call"
+
+
+def test_prefill_many_prompts(cs1, gpu, rng):
+    # more than 32 prompts: the chunk-offset scan runs over several warp-wide tiles
+    h, hk = 8, 4
+    lengths = [int(n) for n in rng.integers(0, 150, 70)]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1]) + 3
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk)
+    assert np.all(got[cu[-1]:] == 0), "padding rows are not zero"
+    ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
+    check_prefill(f"{len(lengths)} packed prompts, T={t}", got[: cu[-1]], ref[: cu[-1]])
+
+
+def test_prefill_weak_decay(cs1, gpu, rng):
+    h, hk, t = 32, 16, 700
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk, weak=True)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, [0, t], t, h, hk)
+    ref = recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), D**-0.5)
+    check_prefill("prefill weak decay T=700", got, ref)
+
+
+def test_prefill_tiny_qk(cs1, gpu, rng):
+    h, hk, t = 8, 4, 300
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk, amplitude=1e-9)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, [0, t], t, h, hk)
+    ref = recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), D**-0.5)
+    check_prefill("prefill |q|,|k| ~ 1e-9 T=300", got, ref)
+
+
+def test_prefill_all_padding(cs1, gpu, rng):
+    h, hk, t = 4, 2, 70
+    bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, [0], t, h, hk)  # n_seqs = 0: every row is padding
+    assert np.all(got == 0)
+
+
+def test_workspace_bytes(cs1):
+    assert workspace_bytes(cs1, 0, 1, 32) == 0
+    one = workspace_bytes(cs1, 4097, 1, 32)
+    many = workspace_bytes(cs1, 4097, 8, 32)
+    assert many > one > 0  # room for each prompt's partial chunk
+    assert one >= 66 * 32 * (2 * C * D + D * D) * 4
+    out = cs1.ffi.new("size_t *")
+    assert cs1.raw.cs1_gdn_workspace_bytes(-1, 1, 32, out) == SHAPE
+    assert cs1.raw.cs1_gdn_workspace_bytes(64, 1, 0, out) == SHAPE
+    assert cs1.raw.cs1_gdn_workspace_bytes(64, 1, 32, cs1.ffi.NULL) == NULL
+
+
+def test_prefill_rejects_bad_arguments(cs1, gpu, rng):
+    h, hk, t = 4, 2, 65
+    bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
+    cu = np.array([0, t], dtype=np.int32)
+    ws = workspace_bytes(cs1, t, 1, h)
+    d_qkv, d_g, d_b, d_cu = gpu.upload(bits), gpu.upload(g), gpu.upload(beta), gpu.upload(cu)
+    d_o, d_ws = gpu.empty(t * h * D * 2), gpu.empty(ws)
+    fg, fb, icu = f32p(gpu, d_g), f32p(gpu, d_b), i32p(gpu, d_cu)
+    call = cs1.raw.cs1_gdn_prefill
+
+    def status(qkv=d_qkv.ptr, ld_=ld, o=d_o.ptr, w=d_ws.ptr, wb=ws, t_=t, h_=h, hk_=hk, n=1):
+        return call(qkv, ld_, fg, fb, icu, n, o, w, wb, t_, h_, hk_, D**-0.5, gpu.stream)
+
+    assert status() == 0
+    assert status(hk_=3) == SHAPE  # H % HK != 0
+    assert status(ld_=ld - 8) == SHAPE  # row narrower than q|k|v with 128-wide heads
+    assert status(ld_=ld + 4) == ALIGNMENT
+    assert status(qkv=d_qkv.at(2)) == ALIGNMENT
+    assert status(o=d_o.at(8)) == ALIGNMENT
+    assert status(wb=ws - 1) == WORKSPACE
+    assert status(o=cs1.ffi.NULL) == NULL
+    assert status(w=cs1.ffi.NULL) == NULL
+    assert status(t_=-1) == SHAPE
+    assert status(t_=0, o=cs1.ffi.NULL) == 0  # empty work launches nothing
+    gpu.sync()

@@ -1,0 +1,76 @@
+"""cs1_letter_readout against a float64 reference: h = bf16(residual + delta) at each prompt's last row,
+y = bf16(RMSNorm(1+w)(h)), logits = y . letters (fp32 letter rows).
+
+Tolerance (fp32 logits): |logit - ref| <= 1e-5 * sum_d |y_d l_d| + 2 * max_d ulp(y_d) * max_d |l_d| -- fp32 summation
+error plus at most one y value whose bf16 rounding flips at a near-tie between the fp32 kernel and float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from startlux_native import bf16
+
+ROWS = [1, 63, 64, 65, 640, 700, 2048, 4097]
+EPS = 1e-6
+D, N_LETTERS = 2560, 26
+
+
+def rand_bf16(rng, shape, scale=1.0) -> np.ndarray:
+    v = (scale * rng.standard_normal(shape)).astype(np.float32)
+    v[v == 0] = 1e-3
+    return bf16.to_bits(v)
+
+
+def reference(res, delta, last, w, letters):
+    h = bf16.from_bits(res[last]).astype(np.float32)
+    if delta is not None:
+        h = bf16.round_(h + bf16.from_bits(delta[last]))
+    h = h.astype(np.float64)
+    y = bf16.round_((h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + EPS)
+                     * (1.0 + bf16.from_bits(w).astype(np.float64))).astype(np.float32)).astype(np.float64)
+    l64 = letters.astype(np.float64)
+    ref = y @ l64.T
+    terms = np.abs(y) @ np.abs(l64).T
+    # one flipped y rounding moves a logit by at most max ulp(y) * max |l| (a bound, cheap to form)
+    flip = bf16.ulp(y).astype(np.float64).max(axis=-1)[:, None] * np.abs(l64).max(axis=-1)[None, :]
+    return ref, 1e-5 * terms + 2.0 * flip
+
+
+@pytest.mark.parametrize("n_rows", ROWS)
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_letter_readout(gpu, rng, n_rows, with_delta):
+    T = n_rows + 37
+    res = rand_bf16(rng, (T, D), 3.0)
+    delta = rand_bf16(rng, (T, D), 1.0) if with_delta else None
+    w = rand_bf16(rng, (D,), 0.1)
+    letters = (0.25 * rng.standard_normal((N_LETTERS, D))).astype(np.float32)
+    last = np.sort(rng.choice(T, n_rows, replace=False)).astype(np.int32)
+    ffi = gpu.ffi
+    logits = gpu.empty(n_rows * N_LETTERS * 4)
+    d_res = gpu.upload(res)
+    gpu.lib.cs1_letter_readout(d_res.ptr, gpu.upload(delta).ptr if with_delta else ffi.NULL,
+                               ffi.cast("int32_t *", gpu.upload(last).ptr), n_rows, gpu.upload(w).ptr,
+                               ffi.cast("float *", gpu.upload(letters).ptr), N_LETTERS,
+                               ffi.cast("float *", logits.ptr), D, EPS, gpu.stream)
+    got = gpu.download(logits, np.float32, (n_rows, N_LETTERS)).astype(np.float64)
+    assert (gpu.download(d_res, np.uint16, (T, D)) == res).all(), "the residual is read-only here"
+    ref, tol = reference(res, delta, last, w, letters)
+    assert np.isfinite(got).all()
+    err = np.abs(got - ref)
+    print(f"readout n={n_rows} delta={with_delta}: max |err| {err.max():.3e}, max err/tol {(err / tol).max():.3f}, "
+          f"max |logit| {np.abs(ref).max():.2f}")
+    assert (err <= tol).all()
+
+
+def test_readout_empty_and_checks(gpu):
+    raw, ffi, null = gpu.lib.raw, gpu.ffi, gpu.ffi.NULL
+    fp = ffi.cast("float *", 0)
+    assert raw.cs1_letter_readout(null, null, ffi.cast("int32_t *", 0), 0, null, fp, 26, fp, D, EPS, gpu.stream) == 0
+    p = gpu.empty(1 << 16)
+    assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, null, ffi.cast("float *", p.ptr), 26,
+                                  ffi.cast("float *", p.ptr), D, EPS, gpu.stream) == 2003
+    assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, p.ptr, ffi.cast("float *", p.ptr), 26,
+                                  ffi.cast("float *", p.ptr), 1 << 20, EPS, gpu.stream) == 2001
+    gpu.sync()
