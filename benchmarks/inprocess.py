@@ -87,15 +87,18 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--graphs", choices=["on", "off", "both"], default="both",
+                   help="CUDA graph replay (on), eager launches (off), or both side by side (default)")
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
     lengths = [int(x) for x in args.lengths.split(",")]
     ckpt = load_checkpoint(args.checkpoint)
     ceilings = measure_ceilings() if args.backend == "cuda" else {}
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs] if args.backend == "cuda" else [False]
     if args.backend == "cuda":
         from startlux_native.cuda_backend import CudaBackend
-        backend = CudaBackend(ckpt, library=args.library, max_tokens=max(lengths))
+        backend = CudaBackend(ckpt, library=args.library, max_tokens=max(lengths), max_rows=4)
     else:
         from startlux_native.reference import ReferenceBackend
         backend = ReferenceBackend(ckpt)
@@ -104,32 +107,35 @@ def main(argv=None) -> int:
     rows = []
     for length in lengths:
         ids = rng.integers(100, 200_000, size=length, dtype=np.int32)
-        for _ in range(args.warmup):
-            backend.letter_logits([ids])
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            backend.letter_logits([ids])
-            times.append((time.perf_counter() - t0) * 1e3)
-        times.sort()
         weight_bytes, flops = model_cost(ckpt, length)
         floor_ms = None
         if ceilings:
             floor_ms = 1e3 * max(weight_bytes / ceilings["copy_bytes_per_s"], flops / ceilings["gemm_flops_per_s"])
-        row = {"tokens": length, "p50_ms": statistics.median(times), "min_ms": times[0],
-               "p95_ms": times[max(0, -(-len(times) * 95 // 100) - 1)], "weight_bytes": weight_bytes,
-               "flops": flops, "floor_ms": floor_ms,
-               "ratio_to_floor": (statistics.median(times) / floor_ms) if floor_ms else None}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for graphs in modes:
+            if args.backend == "cuda":
+                backend.graphs_enabled = graphs
+            for _ in range(args.warmup):
+                backend.letter_logits([ids])
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                backend.letter_logits([ids])
+                times.append((time.perf_counter() - t0) * 1e3)
+            times.sort()
+            row = {"tokens": length, "graphs": graphs, "p50_ms": statistics.median(times), "min_ms": times[0],
+                   "p95_ms": times[max(0, -(-len(times) * 95 // 100) - 1)], "weight_bytes": weight_bytes,
+                   "flops": flops, "floor_ms": floor_ms,
+                   "ratio_to_floor": (statistics.median(times) / floor_ms) if floor_ms else None}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     result = {"commit": commit, "checkpoint": str(Path(args.checkpoint).resolve()), "backend": args.backend,
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
-    print(f"\n{'tokens':>7} {'p50 ms':>9} {'floor ms':>9} {'x floor':>8}")
+    print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}")
     for r in rows:
         fl = f"{r['floor_ms']:.3f}" if r["floor_ms"] else "-"
         ra = f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "-"
-        print(f"{r['tokens']:>7} {r['p50_ms']:>9.3f} {fl:>9} {ra:>8}")
+        print(f"{r['tokens']:>7} {str(r['graphs']):>6} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} {ra:>8}")
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2))
     return 0

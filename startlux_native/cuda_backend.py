@@ -2,8 +2,13 @@
 
 All rows of a call run packed as variable-length rows (cu_seqlens + positions) of one forward. Per call the host
 fills a pinned int32 buffer [ids | positions | cu_seqlens | last_rows] and queues one upload; every op only queues
-work on the backend's stream (so the whole forward is graph-capturable); only the final wait for the 26 letter
-logits per row synchronises.
+work on the backend's stream; only the final wait for the 26 letter logits per row synchronises.
+
+Padding and graphs: the packed batch is right-padded to a length on a fixed ladder (PAD_LADDER) with a real token id;
+the kernels treat rows at or after cu_seqlens[n] as padding, so padding never reaches a real row. The whole forward
+for one (padded length, row count) is captured once into a CUDA graph and replayed; eager and graph runs execute the
+same kernels with the same arguments, so they are bit-identical (checked at start-up by self_check(), which drops
+the graphs if they ever differ). A call larger than max_tokens / max_rows runs as several forwards.
 """
 
 from __future__ import annotations
@@ -27,8 +32,23 @@ F32 = 4
 I32 = 4
 
 
+# padded lengths: steps of <= 25 % so padding costs little; above the ladder, multiples of 1024
+PAD_LADDER = (64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584,
+              4096, 5120, 6144, 7168, 8192)
+MAX_GRAPHS = 96
+PAD_TOKEN = 248044  # <|endoftext|>, what the reference pads with (falls back to 0 for tiny vocabularies)
+
+
 def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
+
+
+def padded_length(T: int, cap: int) -> int:
+    """The ladder length for T real tokens, never above cap."""
+    for step in PAD_LADDER:
+        if step >= T:
+            return min(step, cap)
+    return min(_round_up(T, 1024), cap)
 
 
 @dataclass
@@ -78,7 +98,7 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
-                 max_rows: int = 256):
+                 max_rows: int = 256, graphs: bool = True):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -94,6 +114,11 @@ class CudaBackend:
         if self.attention_mode not in ("causal", "bidirectional"):
             raise BackendError(f"unknown attention mode {self.attention_mode!r}")
         self.round_weighted = 1 if self.profile.gdn_param_precision == "bf16-rounded" else 0
+        self.pad_token = PAD_TOKEN if PAD_TOKEN < cfg.vocab_size else 0
+        self.graphs_enabled = bool(graphs)
+        self.graph_state = "enabled" if graphs else "disabled by option"
+        self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
+        self.graph_replays = 0
         self._lock = threading.Lock()
         self._allocations: list = []
         self._host_allocations: list = []
@@ -253,26 +278,34 @@ class CudaBackend:
 
     # ---- forward -----------------------------------------------------------------------------------------------
 
-    def _prepare(self, rows: Sequence[np.ndarray]) -> tuple[int, int]:
-        """Fill the pinned input buffer; returns (T, n)."""
-        n = len(rows)
-        arrays = [np.asarray(r) for r in rows]
-        lengths = np.array([a.size for a in arrays], dtype=np.int64)
-        if any(a.ndim != 1 for a in arrays) or (lengths == 0).any():
-            raise BackendError("every row must be a non-empty 1-D array of token ids")
-        T = int(lengths.sum())
-        if T > self.max_tokens:
-            raise BackendError(f"{T} tokens in one call, this backend was sized for max_tokens={self.max_tokens}")
-        if n > self.max_rows:
-            raise BackendError(f"{n} rows in one call, this backend was sized for max_rows={self.max_rows}")
-        ids = np.concatenate(arrays)
-        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
-            raise BackendError(f"token id outside 0..{self.config.vocab_size - 1}")
+    def _groups(self, arrays: list[np.ndarray]) -> list[list[int]]:
+        """Row indices per forward: consecutive rows while they fit max_tokens and max_rows."""
+        groups, cur, used = [], [], 0
+        for i, a in enumerate(arrays):
+            if a.size > self.max_tokens:
+                raise BackendError(f"a row of {a.size} tokens exceeds this backend's max_tokens={self.max_tokens}")
+            if cur and (used + a.size > self.max_tokens or len(cur) == self.max_rows):
+                groups.append(cur)
+                cur, used = [], 0
+            cur.append(i)
+            used += a.size
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def _prepare(self, arrays: Sequence[np.ndarray]) -> tuple[int, int]:
+        """Fill the pinned input buffer for one forward, right-padded to the ladder; returns (padded T, n)."""
+        n = len(arrays)
+        lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=n)
+        real = int(lengths.sum())
+        T = padded_length(real, self.max_tokens)
         cu = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=cu[1:])
         v = self.host_io_view
-        v[:T] = ids
-        v[T:2 * T] = np.arange(T, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+        np.concatenate(arrays, out=v[:real], casting="unsafe")
+        v[real:T] = self.pad_token
+        v[T:T + real] = np.arange(real, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+        v[T + real:2 * T] = 0
         v[2 * T:2 * T + n + 1] = cu
         v[2 * T + n + 1:2 * T + 2 * n + 1] = cu[1:] - 1
         return T, n
@@ -331,20 +364,106 @@ class CudaBackend:
     def letter_logits(self, rows: Sequence[np.ndarray]) -> np.ndarray:
         if len(rows) == 0:
             return np.zeros((0, N_LETTERS), dtype=np.float32)
+        arrays = [np.asarray(r) for r in rows]
+        vocab = self.config.vocab_size
+        for a in arrays:
+            if a.ndim != 1 or a.size == 0:
+                raise BackendError("every row must be a non-empty 1-D array of token ids")
+            if a.min() < 0 or a.max() >= vocab:
+                raise BackendError(f"token id outside 0..{vocab - 1}")
+        out = np.empty((len(arrays), N_LETTERS), dtype=np.float32)
         with self._lock:
-            T, n = self._prepare(rows)
-            try:
-                self._enqueue(T, n)
-                self.lib.cs1_stream_sync(self.stream)
-            except abi.Cs1Error as exc:
-                if not exc.sticky:
-                    self.lib.raw.cs1_stream_sync(self.stream)  # let queued work drain before the buffers are reused
-                raise BackendError(f"CUDA forward failed: {exc}", sticky=exc.sticky) from exc
-            out = self.host_logits_view[:n * N_LETTERS].reshape(n, N_LETTERS).copy()
+            for group in self._groups(arrays):
+                out[group] = self._forward([arrays[i] for i in group], use_graph=self.graphs_enabled)
         if not np.isfinite(out).all():
             bad = sorted({int(r) for r in np.nonzero(~np.isfinite(out))[0]})
             raise BackendError(f"non-finite letter logits in row(s) {bad}")
         return out
+
+    def _forward(self, arrays: Sequence[np.ndarray], *, use_graph: bool, capture: bool = True) -> np.ndarray:
+        """One padded forward of `arrays` (caller holds the lock): graph replay when one is captured for this
+        (padded length, rows, mode); otherwise eager, then capture for the next call."""
+        T, n = self._prepare(arrays)
+        key = (T, n, self.attention_mode)
+        try:
+            graph = self._graphs.get(key) if use_graph else None
+            if graph is not None:
+                self._call("cs1_graph_launch", graph, self.stream)
+                self.graph_replays += 1
+            else:
+                self._enqueue(T, n)
+            self.lib.cs1_stream_sync(self.stream)
+            out = self.host_logits_view[:n * N_LETTERS].reshape(n, N_LETTERS).copy()
+            if use_graph and graph is None and capture:
+                self._capture(key, T, n)
+        except abi.Cs1Error as exc:
+            if not exc.sticky:
+                self.lib.raw.cs1_stream_sync(self.stream)  # let queued work drain before the buffers are reused
+            raise BackendError(f"CUDA forward failed: {exc}", sticky=exc.sticky) from exc
+        return out
+
+    def _capture(self, key, T: int, n: int) -> None:
+        """Capture the forward for (T, n) into a graph (after an eager run at the same key, so every lazy set-up,
+        GEMM plans and shared-memory attributes, already happened). A failed capture disables graphs."""
+        if len(self._graphs) >= MAX_GRAPHS:
+            oldest = next(iter(self._graphs))
+            self.lib.raw.cs1_graph_destroy(self._graphs.pop(oldest))
+        exec_ = self.ffi.new("void **")
+        try:
+            self.lib.cs1_graph_begin(self.stream)
+            try:
+                self._enqueue(T, n)
+            finally:
+                self.lib.cs1_graph_end(self.stream, exec_)
+        except abi.Cs1Error as exc:
+            if exc.sticky:
+                raise
+            self._drop_graphs(f"capture failed: {exc}")
+            return
+        self._graphs[key] = exec_[0]
+
+    def _drop_graphs(self, reason: str) -> None:
+        for g in self._graphs.values():
+            self.lib.raw.cs1_graph_destroy(g)
+        self._graphs.clear()
+        self.graphs_enabled = False
+        self.graph_state = f"disabled: {reason}"
+
+    def capture_graphs(self, lengths: Sequence[int] = PAD_LADDER, rows: int = 1) -> int:
+        """Pre-capture graphs for single prompts of the given lengths (start-up warm-up); returns how many exist."""
+        if not self.graphs_enabled:
+            return 0
+        rng = np.random.default_rng(0)
+        with self._lock:
+            for L in lengths:
+                if L * rows > self.max_tokens or rows > self.max_rows:
+                    continue
+                arrays = [rng.integers(100, min(self.config.vocab_size, 200_000), L).astype(np.int32)
+                          for _ in range(rows)]
+                self._forward(arrays, use_graph=True)
+                if not self.graphs_enabled:
+                    break
+        return len(self._graphs)
+
+    def self_check(self, requests: Sequence[Sequence[np.ndarray]]) -> bool:
+        """Run each request eagerly and through its graph; any byte difference drops the graphs for good.
+        Returns True when graphs stay enabled."""
+        if not self.graphs_enabled:
+            return False
+        with self._lock:
+            for rows in requests:
+                arrays = [np.asarray(r) for r in rows]
+                for group in self._groups(arrays):
+                    part = [arrays[i] for i in group]
+                    eager = self._forward(part, use_graph=False)
+                    self._forward(part, use_graph=True)  # captures when needed
+                    replay = self._forward(part, use_graph=True)
+                    if eager.tobytes() != replay.tobytes():
+                        diff = float(np.abs(eager - replay).max())
+                        self._drop_graphs(f"graph replay differed from eager (max |dlogit| {diff:.3g})")
+                        return False
+            self.graph_state = f"enabled, self-check passed on {len(requests)} request(s)"
+        return True
 
     # ---- info and teardown ---------------------------------------------------------------------------------------
 
@@ -363,6 +482,9 @@ class CudaBackend:
             "gdn_param_precision": self.profile.gdn_param_precision,
             "max_tokens": self.max_tokens,
             "max_rows": self.max_rows,
+            "graphs": self.graph_state,
+            "graphs_captured": len(self._graphs),
+            "graph_replays": self.graph_replays,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),
@@ -373,6 +495,10 @@ class CudaBackend:
         raw = self.lib.raw
         if self.stream is not None:
             raw.cs1_stream_sync(self.stream)
+        for g in getattr(self, "_graphs", {}).values():
+            raw.cs1_graph_destroy(g)
+        if hasattr(self, "_graphs"):
+            self._graphs.clear()
         for p in self._allocations:
             raw.cs1_free(p)
         self._allocations.clear()

@@ -286,3 +286,33 @@ def test_four_b_shape_matches_numpy_reference_short(four_b, four_b_backend, rng)
         ref = ref_backend.letter_logits(rows)
         print(f"4B {mode}: numpy reference {time.perf_counter() - t0:.1f} s")
         compare(f"4B {mode} vs numpy fp32", got, ref, lengths)
+
+
+# ---- padding, graphs and split calls (tiny checkpoint) ---------------------------------------------------------------
+
+def test_graph_replay_is_bit_identical_to_eager(cs1, tiny_folder, rng):
+    """A captured forward replays exactly the eager kernels: logits byte-identical, for several (length, rows) keys,
+    and self_check keeps the graphs."""
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional")
+    with CudaBackend(ck, library=cs1, max_tokens=2048, max_rows=8, graphs=True) as be:
+        requests = [random_rows(rng, lengths, be.config.vocab_size) for lengths in ([100], [63, 64, 65], [700], [1])]
+        for rows in requests:
+            eager = be._forward(rows, use_graph=False)
+            be._forward(rows, use_graph=True)  # eager + capture
+            replay = be._forward(rows, use_graph=True)
+            print(f"graph vs eager, lengths {[r.size for r in rows]}: max |dlogit| {np.abs(eager - replay).max()}")
+            assert eager.tobytes() == replay.tobytes()
+        assert be.self_check(requests)
+        assert be.graph_replays > 0 and be.describe()["graphs_captured"] >= 4
+
+
+def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
+    """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
+    GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""
+    ck = load_checkpoint(tiny_folder, attention_mode="causal")
+    lengths = [300, 250, 5, 200]
+    with CudaBackend(ck, library=cs1, max_tokens=512, max_rows=2, graphs=False) as be:
+        rows = random_rows(rng, lengths, be.config.vocab_size)
+        together = be.letter_logits(rows)  # 3 forwards: [300], [250, 5], [200]
+        alone = np.concatenate([be.letter_logits([r]) for r in rows])
+    compare("split vs alone", together, alone, lengths)
