@@ -8,7 +8,8 @@
  *   Ranges are disjoint: 1..999 = cudaError_t passed through, 1000..1999 = 1000 + cublasStatus_t,
  *   2000.. = library codes (enum cs1_status). The library never exits the process and never prints.
  * - Ops only enqueue work on the caller's stream (no internal synchronisation), so every op is graph-capturable.
- *   Only cs1_upload / cs1_download copy and wait.
+ *   Only cs1_upload / cs1_download copy and wait, and cs1_gemm while opt-in tuning (cs1_gemm_tune) times a new
+ *   shape outside a capture.
  * - Empty work (T == 0, rows == 0, n == 0) returns 0 without launching anything.
  * - Shapes and alignment are checked before each launch (CS1_ERR_SHAPE / CS1_ERR_ALIGNMENT / CS1_ERR_NULL).
  * - Variable-length rows: a batch packs n_seqs prompts back to back into T token rows. cu_seqlens (device int32,
@@ -26,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 1
+#define CS1_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -163,6 +164,10 @@ int cs1_gemm_destroy(void *gemm);
  * K, ldx and ldy multiples of 8 and x, w, y 16-byte aligned, else CS1_ERR_ALIGNMENT. */
 int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M, int64_t N,
              int64_t K, void *stream);
+/* opt-in: new plans time `candidates` heuristics on the call's operands and wait for the stream; 0 = off (gemm.cu) */
+int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
+/* a plan's winning heuristic rank (0 = first) and median us (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
+int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index, float *tuned_us);
 
 /* ---- letter read-out ----------------------------------------------------------------------------------- */
 /* For each prompt r: row t = last_rows[r] (not bounds-checked: the caller passes rows < T);

@@ -2,7 +2,9 @@
 
 Tolerance: max |y - ref| / max |ref| <= 1e-2 on the checked rows (first 3, last 3 and 26 random rows of every M;
 the float64 product of all 4097 rows would dominate the test time). Columns beyond N of a wider output (ldy > N)
-must keep their poison, and every written value must be finite.
+must keep their poison, and every written value must be finite. Tuned plans (cs1_gemm_tune: the fastest of several
+cuBLASLt heuristics) are held to the same tolerance, must stay bit-identical per shape, and a plan first made during
+graph capture must not break the capture (it falls back to the first heuristic, untimed).
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ def gemm(gpu):
     gpu.lib.cs1_gemm_create(32 << 20, h)
     yield h[0]
     gpu.lib.cs1_gemm_destroy(h[0])
+
+
+TUNE_CANDIDATES, TUNE_REPEATS = 8, 3
+
+
+@pytest.fixture()
+def tuned_gemm(gpu):
+    h = gpu.ffi.new("void **")
+    gpu.lib.cs1_gemm_create(32 << 20, h)
+    gpu.lib.cs1_gemm_tune(h[0], TUNE_CANDIDATES, TUNE_REPEATS)
+    yield h[0]
+    gpu.lib.cs1_gemm_destroy(h[0])
+
+
+def plan_info(gpu, handle, M, N, K) -> tuple[int, float]:
+    idx, us = gpu.ffi.new("int32_t *"), gpu.ffi.new("float *")
+    gpu.lib.cs1_gemm_plan_info(handle, M, N, K, idx, us)
+    return int(idx[0]), float(us[0])
 
 
 def checked_rows(rng, M):
@@ -100,3 +120,103 @@ def test_gemm_argument_checks(gpu, gemm):
     assert raw.cs1_gemm(gemm, p, 64, p, buf.at(2), 64, 4, 64, 64, gpu.stream) == 2002  # y not 16-byte aligned
     assert raw.cs1_gemm(null, p, 64, p, p, 64, 4, 64, 64, gpu.stream) == 2003
     gpu.sync()
+
+
+# ---- autotune (cs1_gemm_tune, cs1_gemm_plan_info) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("M", [1, 64, 65, 147, 512, 4097])
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_tuned_gemm_vs_float64(gpu, gemm, tuned_gemm, rng, M, N, K):
+    """Default and tuned plan on the same operands: both within TOL of float64; the tuned plan was timed."""
+    weight(rng, N, K)  # cached before the two runs, so both draw the same x and checked rows below
+    seed = int(rng.integers(1 << 32))
+    errs = {}
+    for name, handle in (("default", gemm), ("tuned", tuned_gemm)):
+        errs[name], n = run_case(gpu, handle, np.random.default_rng(seed), M, N, K)
+    rank, us = plan_info(gpu, tuned_gemm, M, N, K)
+    print(f"gemm M={M} N={N} K={K}: rel error default {errs['default']:.3e}, tuned {errs['tuned']:.3e} "
+          f"(heuristic #{rank}, {us:.1f} us) on {n} rows (tol {TOL})")
+    assert errs["default"] <= TOL and errs["tuned"] <= TOL
+    assert 0 <= rank < TUNE_CANDIDATES and us > 0
+    assert plan_info(gpu, gemm, M, N, K) == (0, -1.0)  # the default handle never times
+
+
+def test_tuned_plan_is_bit_identical_per_shape(gpu, tuned_gemm, rng):
+    M, N, K = 147, 2560, 9216
+    x = gpu.upload(rand_bf16(rng, (M, K)))
+    w = gpu.upload(rand_bf16(rng, (N, K), 1.0 / np.sqrt(K)))
+    outs = []
+    for _ in range(3):
+        y = gpu.empty(M * N * 2)
+        gpu.lib.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)
+        outs.append(gpu.download(y, np.uint16, (M, N)))
+    print(f"tuned plan: heuristic #{plan_info(gpu, tuned_gemm, M, N, K)}")
+    assert np.isfinite(bf16.from_bits(outs[0])).all()
+    assert (outs[0] == outs[1]).all() and (outs[0] == outs[2]).all()
+
+
+def test_tuning_during_capture_does_not_break_capture(gpu, tuned_gemm, rng):
+    """A new shape met during capture takes the first heuristic untimed; the graph replays correctly and eager calls
+    of that shape keep the same plan (same bits). A new shape outside capture is timed again."""
+    M, N, K = 65, 2560, 4096
+    x_host = rand_bf16(rng, (M, K))
+    w_host = rand_bf16(rng, (N, K), 1.0 / np.sqrt(K))
+    x, w = gpu.upload(x_host), gpu.upload(w_host)
+    y_graph, y_eager = gpu.empty(M * N * 2), gpu.empty(M * N * 2)
+    gpu.sync()
+    exec_ = gpu.ffi.new("void **")
+    gpu.lib.cs1_graph_begin(gpu.stream)
+    try:
+        status = gpu.lib.raw.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y_graph.ptr, N, M, N, K, gpu.stream)
+    finally:
+        gpu.lib.cs1_graph_end(gpu.stream, exec_)
+    assert status == 0
+    gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
+    gpu.sync()
+    gpu.lib.cs1_graph_destroy(exec_[0])
+    assert plan_info(gpu, tuned_gemm, M, N, K) == (0, -1.0)
+    got = gpu.download(y_graph, np.uint16, (M, N))
+    ref = bf16.from_bits(x_host).astype(np.float64) @ bf16.from_bits(w_host).astype(np.float64).T
+    rel = float(np.abs(bf16.from_bits(got).astype(np.float64) - ref).max() / np.abs(ref).max())
+    print(f"captured tuned-handle gemm M={M}: rel error {rel:.3e} (tol {TOL})")
+    assert rel <= TOL
+    gpu.lib.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y_eager.ptr, N, M, N, K, gpu.stream)
+    assert (gpu.download(y_eager, np.uint16, (M, N)) == got).all()
+    # outside capture, a new shape is timed as usual
+    gpu.lib.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y_eager.ptr, N, M - 1, N, K, gpu.stream)
+    gpu.sync()
+    rank, us = plan_info(gpu, tuned_gemm, M - 1, N, K)
+    assert 0 <= rank < TUNE_CANDIDATES and us > 0
+
+
+def test_tune_off_again_and_existing_plans_kept(gpu, gemm, rng):
+    M, N, K = 64, 2560, 4096
+    x = gpu.upload(rand_bf16(rng, (M + 2, K)))
+    w = gpu.upload(rand_bf16(rng, (N, K), 1.0 / np.sqrt(K)))
+    y = gpu.empty((M + 2) * N * 2)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)  # an untuned plan exists
+    gpu.lib.cs1_gemm_tune(gemm, 4, 2)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M + 1, N, K, gpu.stream)  # new shape: timed
+    gpu.lib.cs1_gemm_tune(gemm, 0, 0)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M + 2, N, K, gpu.stream)  # tuning off: not timed
+    gpu.sync()
+    infos = [plan_info(gpu, gemm, m, N, K) for m in (M, M + 1, M + 2)]
+    print(f"plan infos: {infos}")
+    assert infos[0] == (0, -1.0) and infos[2] == (0, -1.0)
+    assert 0 <= infos[1][0] < 4 and infos[1][1] > 0
+
+
+def test_tune_and_plan_info_argument_checks(gpu, gemm):
+    raw, ffi, null = gpu.lib.raw, gpu.ffi, gpu.ffi.NULL
+    idx, us = ffi.new("int32_t *"), ffi.new("float *")
+    assert raw.cs1_gemm_tune(null, 4, 2) == 2003
+    assert raw.cs1_gemm_tune(gemm, -1, 2) == 2001
+    assert raw.cs1_gemm_tune(gemm, 65, 2) == 2001
+    assert raw.cs1_gemm_tune(gemm, 4, 0) == 2001
+    assert raw.cs1_gemm_tune(gemm, 4, 1001) == 2001
+    assert raw.cs1_gemm_tune(gemm, 0, 0) == 0
+    assert raw.cs1_gemm_plan_info(null, 1, 64, 64, idx, us) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, null, us) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, null) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, us) == 2001  # no plan of that shape yet
