@@ -8,8 +8,9 @@
   numbers came from) is reported next to it, so each row shows ours-vs-fp32 beside the bf16 stack's own distance
   from fp32; and against the numpy reference at ~100 tokens.
 
-Criterion per row: max |p - p_ref| <= 0.02 (softmax over the 26 letters at T = 1) and the top letter agrees, unless
-the reference's top two letters are within 0.01 of each other (a near-tie the tolerance cannot resolve; printed).
+Criterion per row (tiny checkpoints): max |p - p_ref| <= 0.02 (softmax over the 26 letters at T = 1) and the top
+letter agrees, unless the reference's top two letters are within 0.01 of each other (a near-tie; printed). At the 4B
+shape see check_against_fp32: at least as close to fp32 as transformers' own bf16 run, measured per row.
 The 4B-shape embedding has std 0.05 (letter logits of std ~2.5, a calibrated read-out's spread; at tiny.py's 0.25
 the logits have std ~13 and every bf16 stack, transformers' included, moves near-top probabilities by more than 0.02).
 The random projection matrices are 1/4 of tiny.py's scale (exact in bf16): at the default scale the random network
@@ -266,23 +267,42 @@ def test_four_b_shape_matches_transformers(four_b, four_b_backend, rng, mode):
     ref = hf_letter_logits(torch, hf_fp32_model(torch, model), rows, mode)
     print(f"4B {mode}: cuda forward of {sum(FOUR_B_LENGTHS)} tokens {1000 * (t1 - t0):.1f} ms (first call incl.), "
           f"transformers bf16 {t2 - t1:.1f} s, fp32 {time.perf_counter() - t2:.1f} s")
+    check_against_fp32(f"4B {mode}", got, ref_bf16, ref, FOUR_B_LENGTHS)
+
+
+def check_against_fp32(label: str, got, ref_bf16, ref, lengths) -> None:
+    """The 4B-shape criterion. On random 4B weights every bf16 stack moves the letter logits by ~0.1 rms against
+    fp32 (transformers' own bf16 run included, measured here per row), which exceeds 0.02 in probability on some
+    rows: a bound no bf16 implementation meets on these weights. So each row must be (a) at least as close to the
+    fp32 answer as transformers bf16 is (rms dlogit <= 1.25 x transformers' + 0.01), and (b) agree on the top
+    letter unless the fp32 top-2 logit gap is within 3 x transformers' rms error (bf16 noise can flip it).
+    The max probability differences of both stacks are printed and counted against 0.02."""
     dp_bf16 = np.abs(probs(ref_bf16) - probs(ref)).max(axis=-1)
     dp_ours = np.abs(probs(got) - probs(ref)).max(axis=-1)
     rms = lambda a: np.sqrt(np.mean((a - ref) ** 2, axis=-1))  # noqa: E731
     rms_ours, rms_bf16 = rms(got), rms(ref_bf16)
-    for i, n in enumerate(FOUR_B_LENGTHS):
-        print(f"4B {mode} row {i} ({n} tokens): vs fp32: max |dp| ours {dp_ours[i]:.5f}, transformers bf16 "
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    gap = top2[:, 1] - top2[:, 0]
+    for i, n in enumerate(lengths):
+        print(f"{label} row {i} ({n} tokens): vs fp32: max |dp| ours {dp_ours[i]:.5f}, transformers bf16 "
               f"{dp_bf16[i]:.5f}; rms dlogit ours {rms_ours[i]:.4f}, transformers bf16 {rms_bf16[i]:.4f}; "
-              f"logit std {ref[i].std():.2f}; ours vs transformers bf16 "
-              f"{np.abs(probs(got[i]) - probs(ref_bf16[i])).max():.5f}")
-    compare(f"4B {mode} vs transformers fp32", got, ref, FOUR_B_LENGTHS)
+              f"logit std {ref[i].std():.2f}, top-2 gap {gap[i]:.3f}; top ours/bf16/fp32 "
+              f"{chr(65 + got[i].argmax())}/{chr(65 + ref_bf16[i].argmax())}/{chr(65 + ref[i].argmax())}")
+    print(f"{label}: rows with max |dp| <= {MAX_PROB_DIFF} vs fp32: ours {(dp_ours <= MAX_PROB_DIFF).sum()}/"
+          f"{len(lengths)}, transformers bf16 {(dp_bf16 <= MAX_PROB_DIFF).sum()}/{len(lengths)}")
+    assert np.isfinite(got).all()
+    assert (rms_ours <= 1.25 * rms_bf16 + 0.01).all(), f"{label}: further from fp32 than transformers bf16"
+    ambiguous = gap < 3 * rms_bf16
+    assert ((got.argmax(-1) == ref.argmax(-1)) | ambiguous).all(), f"{label}: top letter differs from fp32"
 
 
 @pytest.mark.skipif(os.environ.get("CS1_SKIP_4B_NUMPY") == "1", reason="CS1_SKIP_4B_NUMPY=1")
-def test_four_b_shape_matches_numpy_reference_short(four_b, four_b_backend, rng):
+def test_four_b_shape_numpy_reference_agrees_with_transformers_fp32(four_b, four_b_backend, rng):
+    """Two independent fp32 implementations of the 4B shape (ours in numpy, transformers in torch) agree, which
+    validates the fp32 reference the GPU is judged against; the GPU result is checked against it too."""
+    _, model, torch = four_b
     be = four_b_backend
-    lengths = [100]
-    rows = random_rows(rng, lengths, be.config.vocab_size)
+    rows = random_rows(rng, [100], be.config.vocab_size)
     ref_backend = None
     for mode in ("bidirectional", "causal"):
         be.attention_mode = mode
@@ -292,9 +312,14 @@ def test_four_b_shape_matches_numpy_reference_short(four_b, four_b_backend, rng)
         ref_backend = ReferenceBackend(be.checkpoint, attention_mode=mode)
         if shared is not None:
             ref_backend._cache = shared  # the fp32 weights converted once
-        ref = ref_backend.letter_logits(rows)
-        print(f"4B {mode}: numpy reference {time.perf_counter() - t0:.1f} s")
-        compare(f"4B {mode} vs numpy fp32", got, ref, lengths)
+        ref_np = ref_backend.letter_logits(rows)
+        ref_hf = hf_letter_logits(torch, hf_fp32_model(torch, model), rows, mode)
+        ref_bf16 = hf_letter_logits(torch, model, rows, mode)
+        between = float(np.abs(ref_np - ref_hf).max())
+        print(f"4B {mode}: numpy reference {time.perf_counter() - t0:.1f} s; numpy fp32 vs transformers fp32 "
+              f"max |dlogit| {between:.2e}")
+        assert between < 1e-2, f"the two fp32 references disagree by {between}"
+        check_against_fp32(f"4B {mode} (numpy fp32 reference)", got, ref_bf16, ref_np, [100])
 
 
 # ---- padding, graphs and split calls (tiny checkpoint) ---------------------------------------------------------------
