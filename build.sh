@@ -110,7 +110,8 @@ fi
 cublas_dir=$(cd "$(dirname "$cublas_lib")" && pwd)
 
 # ---- build info
-git_describe=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+# the device copy of a checkout may lack git history: CS1_GIT_DESCRIBE names the commit there
+git_describe=${CS1_GIT_DESCRIBE:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
 mkdir -p "$OUTDIR"
 out="$OUTDIR/libqwen3_5_cuda.so"
 tmp="$OUTDIR/.libqwen3_5_cuda.so.$$"
