@@ -51,6 +51,7 @@ def _decode_and_parse(raw: bytes, encoding: str, limit: int):
 async def systemone(request: Request) -> Response:
     rt: Runtime = request.app.state.runtime
     ctx = request.scope["state"]
+    t0 = time.perf_counter()
     rt.check_serving()
     limit = rt.settings.max_body_bytes
     jsonbody.check_content_type(request.headers.get("content-type"))
@@ -64,18 +65,38 @@ async def systemone(request: Request) -> Response:
                 raise jsonbody.too_large(None, limit)
     except ClientDisconnect:
         raise HttpError(400, "client disconnected before the body was complete", type="json_invalid") from None
+    t1 = time.perf_counter()
     if len(raw) > OFF_LOOP_BYTES or encoding != "identity":
         obj = await anyio.to_thread.run_sync(_decode_and_parse, bytes(raw), encoding, limit)
     else:
         obj = _decode_and_parse(bytes(raw), encoding, limit)
+    t2 = time.perf_counter()
     schema.validate_request(obj)
+    t3 = time.perf_counter()
     ctx["questions"] = len(obj["questions"])
     answers, usage, queue_s, gpu_s = await rt.decide(obj["state"], obj["questions"], ctx)
     ctx.update(input_tokens=usage.get("input_tokens"), queue_ms=queue_s * 1000, gpu_ms=gpu_s * 1000)
+    t4 = time.perf_counter()
     body = {"model": rt.loaded.names[0], "answers": answers, "usage": usage,
             "latency_ms": round((queue_s + gpu_s) * 1000, 2)}
-    headers = {"x-queue-time-ms": f"{queue_s * 1000:.2f}", "x-inference-time-ms": f"{gpu_s * 1000:.2f}"}
-    return json_response(body, 200, headers)
+    content = json_bytes(body)
+    t5 = time.perf_counter()
+    timing = ctx["host_timing"] = server_timing(t1 - t0, t2 - t1, t3 - t2, ctx.get("engine_s") or {}, t5 - t4)
+    headers = {"x-queue-time-ms": f"{queue_s * 1000:.2f}", "x-inference-time-ms": f"{gpu_s * 1000:.2f}",
+               "server-timing": timing}
+    return Response(content, 200, headers, media_type="application/json")
+
+
+TIMED_STAGES = ("render", "tokenize", "forward", "readout", "handoff")
+
+
+def server_timing(read_s: float, parse_s: float, validate_s: float, engine_s: dict, encode_s: float) -> str:
+    """The Server-Timing header (ms, 3 decimals): where one request's host time went (benchmarks/host_path.py)."""
+    parts = [f"read;dur={read_s * 1000:.3f}", f"parse;dur={parse_s * 1000:.3f}",
+             f"validate;dur={validate_s * 1000:.3f}"]
+    parts += [f"{k};dur={engine_s[k] * 1000:.3f}" for k in TIMED_STAGES if k in engine_s]
+    parts.append(f"encode;dur={encode_s * 1000:.3f}")
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -248,6 +269,8 @@ class RequestContext:
             if ctx.get(key) is not None:
                 parts.append(f"{key}={ctx[key]:.2f}")
         parts.append(f"total_ms={seconds * 1000:.2f}")
+        if ctx.get("host_timing"):
+            parts.append("timing=" + ctx["host_timing"].replace(";dur=", ":").replace(", ", ","))
         if ctx.get("error"):
             parts.append("error=" + json_bytes(ctx["error"][:300]).decode())
         if ctx.get("error_detail"):

@@ -28,6 +28,10 @@ DEMO_NAME = "startlux-native-demo-tiny-random"
 CUDA_DEFAULT_REQUEST_TOKENS = 65536  # the TypeSafe hosted budget per request; the CUDA scratch is sized for it
 MAX_CHOICE_OPTIONS = 255
 
+# Test/bench only, never set in production: when not None, load() calls BACKEND_OVERRIDE(checkpoint) instead of
+# building the configured backend (benchmarks/host_path.py installs an instant fake one to time the host path).
+BACKEND_OVERRIDE = None
+
 # A request that goes through the same decide path as a client's; its answers must be well-formed.
 SELF_TEST_REQUEST = {
     "state": {"order": 4411, "amount": 12.5, "events": ["charged", "charged", "refund requested"]},
@@ -109,7 +113,10 @@ def load(settings: Settings) -> Loaded:
     tok.check(ckpt.decision_config.letter_token_ids, prompt.probe_prompt())
     t = stage("tokenizer-check", t)
     request_tokens = settings.max_request_tokens
-    if settings.backend == "reference":
+    if BACKEND_OVERRIDE is not None:
+        log.warning("backend override (test/bench only): %s", BACKEND_OVERRIDE)
+        backend = BACKEND_OVERRIDE(ckpt)
+    elif settings.backend == "reference":
         from startlux_native.reference import ReferenceBackend
 
         backend = ReferenceBackend(ckpt)

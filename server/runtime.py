@@ -165,13 +165,15 @@ class Runtime:
         if self.debug_fault in ("transient", "sticky") and state == DEBUG_FAULT_STATE:
             raise BackendError(f"debug fault injected (CS1_DEBUG_FAULT={self.debug_fault})",
                                sticky=self.debug_fault == "sticky")
+        timings: dict[str, float] = {}
         try:
-            answers, usage = self.loaded.engine.decide(state, questions)
+            answers, usage = self.loaded.engine.decide(state, questions, timings)
         except Exception as exc:
             if getattr(exc, "sticky", False):
                 self.worker.stop_starting = True  # before the next queued job can start
             raise
-        return answers, usage, started - submitted, time.perf_counter() - started
+        done = time.perf_counter()
+        return answers, usage, started - submitted, done - started, timings, done
 
     async def decide(self, state, questions, context: dict):
         """Admitted → queued → engine. Returns (answers, usage, queue_s, gpu_s) or raises HttpError."""
@@ -180,8 +182,8 @@ class Runtime:
         if not self.admission.try_acquire():
             raise self.busy()
         try:
-            answers, usage, queue_s, gpu_s = await run_admitted(self.worker, self.admission, self._decide_job,
-                                                                state, questions, time.perf_counter())
+            answers, usage, queue_s, gpu_s, timings, done = await run_admitted(
+                self.worker, self.admission, self._decide_job, state, questions, time.perf_counter())
         except RequestRefused as exc:
             raise HttpError(exc.status, exc.error, detail=exc.detail(), type=exc.type) from None
         except Draining:
@@ -197,6 +199,8 @@ class Runtime:
             log.error("inference failed (request %s): %s: %s", context.get("request_id"), type(exc).__name__, exc,
                       exc_info=not type(exc).__name__ == "BackendError")
             raise HttpError(500, "inference failed", loc=(), type="internal_error") from None
+        timings["handoff"] = queue_s + (time.perf_counter() - done)  # loop → worker → loop, without the job
+        context["engine_s"] = timings
         self.gpu_seconds_avg = gpu_s if self.gpu_seconds_avg is None else 0.8 * self.gpu_seconds_avg + 0.2 * gpu_s
         m = self.metrics
         m.queue_seconds.observe(queue_s)

@@ -8,6 +8,7 @@ finalists.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
@@ -33,9 +34,23 @@ class _Plan:
     """One question's work: a single row, a one-option shortcut, or a wide choice driven by a generator."""
     question: prompt.Question
     passes: list[list[int]]                  # the current round's passes (option indices); [] for a shortcut
-    texts: list[str] = field(default_factory=list)
+    texts: list = field(default_factory=list)  # what the encoder takes: user content pieces or full prompts
     wide: Generator | None = None
     answer: dict | None = None
+
+
+class _Clock:
+    """Accumulates perf_counter laps by name (~0.1 µs each, so it runs on every request)."""
+    __slots__ = ("laps", "_t")
+
+    def __init__(self):
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + (now - self._t)
+        self._t = now
 
 
 class Engine:
@@ -51,11 +66,24 @@ class Engine:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_questions = max_questions
         self.max_request_tokens = max_request_tokens
+        # A tokenizer that can wrap contents in the pre-tokenized chat skeleton gets only the user contents, as
+        # (evidence block, question block) so a request's evidence is tokenized once (§1.5); any other (test fakes)
+        # gets full prompts. The token ids are the same either way.
+        wrapped = getattr(tokenizer, "wrapped", None)
+        if callable(wrapped):
+            self._encode = wrapped(*prompt.chat_parts(prompt.SYSTEM)).encode_parts
+            self._render = prompt.render_user_parts
+        else:
+            self._encode, self._render = tokenizer.encode_batch, prompt.render_pass
 
     # ---- public ------------------------------------------------------------------------------------------------
 
-    def decide(self, state, questions: dict[str, dict]) -> tuple[dict[str, dict], dict]:
-        """Answers keyed by question id in request order, and usage {"input_tokens", "output_tokens": 0}."""
+    def decide(self, state, questions: dict[str, dict], timings: dict | None = None) -> tuple[dict[str, dict], dict]:
+        """Answers keyed by question id in request order, and usage {"input_tokens", "output_tokens": 0}.
+
+        `timings`, when given, receives the seconds spent in render, tokenize, forward and readout (host-path bench).
+        """
+        clock = _Clock()
         if not isinstance(questions, dict) or not questions:
             raise RequestRefused("questions must be a non-empty object", status=400, loc=("body", "questions"))
         if len(questions) > self.max_questions:
@@ -72,13 +100,16 @@ class Engine:
             except RequestRefused as exc:
                 render_error = exc
                 break
+        clock.lap("render")
         rows_by_plan = self._tokenize(plans)
+        clock.lap("tokenize")
         if render_error is not None:
             raise render_error
         used = sum(len(r) for rows in rows_by_plan for r in rows)
         self._check_request_tokens(used)
 
         logits = self._run([r for rows in rows_by_plan for r in rows])
+        clock.lap("forward")
         at = 0
         t_choice = self._temperature("choice")
         for plan, rows in zip(plans, rows_by_plan, strict=True):
@@ -88,24 +119,32 @@ class Engine:
                                                                                                     strict=True)])
             elif plan.answer is None:
                 plan.answer = self._read(plan.question, block[0])
+        clock.lap("readout")
 
         # Later wide-choice rounds: every pending wide question's passes in one backend call per round.
         while pending := [p for p in plans if p.answer is None]:
             for plan in pending:
-                plan.texts = [prompt.render_pass(evidence, plan.question, [plan.question.options[i] for i in ps])
+                plan.texts = [self._render(evidence, plan.question, [plan.question.options[i] for i in ps])
                               for ps in plan.passes]
+            clock.lap("render")
             rows_by_plan = self._tokenize(pending)
+            clock.lap("tokenize")
             round_tokens = sum(len(r) for rows in rows_by_plan for r in rows)
             self._check_request_tokens(used + round_tokens)
             used += round_tokens
             logits = self._run([r for rows in rows_by_plan for r in rows])
+            clock.lap("forward")
             at = 0
             for plan, rows in zip(pending, rows_by_plan, strict=True):
                 block, at = logits[at:at + len(rows)], at + len(rows)
                 self._advance(plan, [readout.probabilities(z, len(ps), t_choice)
                                      for z, ps in zip(block, plan.passes, strict=True)])
+            clock.lap("readout")
 
         answers = {p.question.qid: p.answer for p in plans}
+        clock.lap("readout")
+        if timings is not None:
+            timings.update(clock.laps)
         return answers, {"input_tokens": int(used), "output_tokens": 0}
 
     def self_test(self) -> tuple[dict[str, dict], dict]:
@@ -156,13 +195,13 @@ class Engine:
             plan = _Plan(q, next(gen), wide=gen)
         else:
             plan = _Plan(q, [list(range(n))])
-        plan.texts = [prompt.render_pass(evidence, q, [q.options[i] for i in ps]) for ps in plan.passes]
+        plan.texts = [self._render(evidence, q, [q.options[i] for i in ps]) for ps in plan.passes]
         return plan
 
     def _tokenize(self, plans: Sequence[_Plan]) -> list[list[np.ndarray]]:
         """One encode_batch for all prompts of `plans`; refuse the first question with an over-long prompt."""
         texts = [t for p in plans for t in p.texts]
-        encoded = self.tokenizer.encode_batch(texts) if texts else []
+        encoded = self._encode(texts) if texts else []
         if len(encoded) != len(texts):
             raise BackendError(f"tokenizer returned {len(encoded)} rows for {len(texts)} prompts")
         out, at = [], 0

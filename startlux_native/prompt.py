@@ -125,14 +125,26 @@ def option_lines(options: Sequence[Option], qtype: str) -> list[str]:
 
 # ---- messages and template -------------------------------------------------------------------------------------
 
+def user_parts(evidence: str, instructions: str, lines: Sequence[str]) -> tuple[str, str]:
+    """The user message split after the evidence block: (evidence block, question block). The evidence block is the
+    same for every question of a request, and the join is a line break before 'Question:' (§1.5)."""
+    return "Evidence:\n" + evidence + "\n\n", "Question: " + instructions.strip() + "\nOptions:\n" + "\n".join(lines)
+
+
 def user_message(evidence: str, instructions: str, lines: Sequence[str]) -> str:
-    return "Evidence:\n" + evidence + "\n\nQuestion: " + instructions.strip() + "\nOptions:\n" + "\n".join(lines)
+    return "".join(user_parts(evidence, instructions, lines))
+
+
+def chat_parts(system: str = SYSTEM) -> tuple[str, str]:
+    """(prefix, suffix) of the chat prompt around the trimmed user content: fixed text, tokenized once (§1.5)."""
+    return (f"<|im_start|>system\n{system.strip()}<|im_end|>\n<|im_start|>user\n",
+            f"<|im_end|>\n<|im_start|>assistant\n{THINK_OFF_SUFFIX}")
 
 
 def chat_prompt(system: str, user: str) -> str:
     """The stock Qwen3.5 template, add_generation_prompt=True, enable_thinking=False; `|trim` on both contents."""
-    return (f"<|im_start|>system\n{system.strip()}<|im_end|>\n<|im_start|>user\n{user.strip()}<|im_end|>\n"
-            f"<|im_start|>assistant\n{THINK_OFF_SUFFIX}")
+    prefix, suffix = chat_parts(system)
+    return prefix + user.strip() + suffix
 
 
 # ---- conversion and validation (§1.2, §1.6, §3.9) --------------------------------------------------------------
@@ -217,8 +229,16 @@ def convert_question(qid: str, question) -> Question:
 
 # ---- rendering -------------------------------------------------------------------------------------------------
 
-def render_pass(evidence: str, question: Question, options: Sequence[Option] | None = None) -> str:
-    """One pass over `options` (default: all of the question's), lettered from A."""
+def render_user(evidence: str, question: Question, options: Sequence[Option] | None = None) -> str:
+    """The trimmed user content of one pass over `options` (default: all of the question's), lettered from A;
+    render_pass is chat_prompt(SYSTEM, this). Validates like render_pass."""
+    return "".join(render_user_parts(evidence, question, options))
+
+
+def render_user_parts(evidence: str, question: Question,
+                      options: Sequence[Option] | None = None) -> tuple[str, str]:
+    """render_user as (evidence block, question block). The content starts with 'Evidence:' and the question block
+    with 'Question:', so the template's trim only ever removes trailing whitespace of the question block."""
     options = question.options if options is None else tuple(options)
     if not 2 <= len(options) <= MAX_OPTIONS:
         raise refuse(question.qid, f"2..{MAX_OPTIONS} options required, got {len(options)}", "criteria")
@@ -227,7 +247,13 @@ def render_pass(evidence: str, question: Question, options: Sequence[Option] | N
         raise refuse(question.qid, "noul ids must be true/false", "criteria")
     if not question.instructions.strip():
         raise refuse(question.qid, "instructions required", "instructions")
-    text = chat_prompt(SYSTEM, user_message(evidence, question.instructions, option_lines(options, question.type)))
+    head, tail = user_parts(evidence, question.instructions, option_lines(options, question.type))
+    return head, tail.rstrip()
+
+
+def render_pass(evidence: str, question: Question, options: Sequence[Option] | None = None) -> str:
+    """One pass over `options` (default: all of the question's), lettered from A: the full chat prompt."""
+    text = chat_prompt(SYSTEM, render_user(evidence, question, options))
     if not text.endswith(THINK_OFF_SUFFIX):  # the renderer's own guard (§1.5)
         raise AssertionError("rendered prompt lacks the thinking-off suffix")
     return text

@@ -253,6 +253,8 @@ class DecisionTokenizer:
         self._tok.no_truncation()
         self._tok.no_padding()
         self.source = source
+        # ids only: encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody here reads
+        self._encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
     @classmethod
     def from_file(cls, path: str | Path, *, ignore_merges: bool | None = False) -> DecisionTokenizer:
@@ -293,10 +295,17 @@ class DecisionTokenizer:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"encode_batch: texts[{i}] is {type(t).__name__}, not str")
+        return [np.asarray(ids, dtype=np.int32) for ids in self.id_lists(texts)]
+
+    def id_lists(self, texts: list[str]) -> list[list[int]]:
+        """The ids of each text as a plain list (no checks: encode_batch is the checked entry point)."""
         if not texts:
             return []
-        encs = self._tok.encode_batch(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int32) for e in encs]
+        return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
+
+    def wrapped(self, prefix: str, suffix: str) -> WrappedEncoder:
+        """An encoder of prefix + content + suffix that tokenizes the fixed prefix and suffix once."""
+        return WrappedEncoder(self, prefix, suffix)
 
     def token_count(self, text: str) -> int:
         return len(self.encode(text))
@@ -338,6 +347,76 @@ class DecisionTokenizer:
             raise TokenizerError("tokenizer check: letter ids differ from decision_config.json letter_token_ids ("
                                  + "; ".join(wrong) + ")")
         return tuple(ids)
+
+
+class WrappedEncoder:
+    """encode(prefix + content + suffix) for many contents, with the fixed prefix and suffix tokenized once
+    (decision-protocol.md §1.5: pre-tokenize the chat skeleton, tokenize the message content), and a content given
+    as pieces tokenized piece by piece, each distinct piece once per call (the evidence block of a request).
+
+    A join is exact when its left side ends in a line break and its right side starts with a non-whitespace
+    character: no pre-tokenizer alternative carries a line break into a following non-space character, there is no
+    look-behind, and NFC composes nothing with a line break. The suffix must start with a special token: special
+    tokens are split out before anything else and none has a '<' after its first character, so none can straddle
+    the join. Pieces whose join breaks the rule are glued back together; a content whose first character is
+    whitespace (or an empty content) is encoded whole with prefix and suffix, in the same tokenizer call.
+    """
+
+    def __init__(self, tokenizer: DecisionTokenizer, prefix: str, suffix: str):
+        special = [s for s in SPECIAL_TOKENS if suffix.startswith(s)]
+        if not prefix.endswith(("\n", "\r")) or not special:
+            raise TokenizerError("wrapped encoder: the prefix must end in a line break and the suffix start with a "
+                                 f"special token (got {prefix[-20:]!r} … {suffix[:20]!r})")
+        if any("<" in s[1:] for s in SPECIAL_TOKENS):
+            raise TokenizerError("wrapped encoder: a special token holds '<' after its first character")
+        self.tokenizer = tokenizer
+        self.prefix, self.suffix = prefix, suffix
+        self.prefix_ids = tokenizer.encode(prefix)
+        self.suffix_ids = tokenizer.encode(suffix)
+
+    def encode_batch(self, contents: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of prefix + c + suffix for each content c, in one tokenizer call; int32 arrays."""
+        contents = list(contents)
+        for i, c in enumerate(contents):
+            if not isinstance(c, str):
+                raise TypeError(f"encode_batch: contents[{i}] is {type(c).__name__}, not str")
+        return self.encode_parts([(c,) for c in contents])
+
+    def encode_parts(self, rows: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Token ids of prefix + "".join(pieces) + suffix for each row of pieces, in one tokenizer call."""
+        plans: list[list[str] | str] = []  # safe pieces, or the whole text to encode when the content is not safe
+        for pieces in rows:
+            merged: list[str] = []
+            for piece in pieces:
+                if not piece:
+                    continue
+                if merged and not (merged[-1][-1] in "\r\n" and not piece[0].isspace()):
+                    merged[-1] += piece
+                else:
+                    merged.append(piece)
+            ok = bool(merged) and not merged[0][0].isspace()
+            plans.append(merged if ok else self.prefix + "".join(merged) + self.suffix)
+        unique = dict.fromkeys(p for plan in plans if isinstance(plan, list) for p in plan)
+        wholes = [plan for plan in plans if isinstance(plan, str)]
+        ids = self.tokenizer.id_lists([*unique, *wholes])
+        piece_ids = dict(zip(unique, ids, strict=False))
+        whole_ids = iter(ids[len(unique):])
+        p, s = len(self.prefix_ids), len(self.suffix_ids)
+        out = []
+        for plan in plans:
+            if isinstance(plan, str):
+                out.append(np.asarray(next(whole_ids), dtype=np.int32))
+                continue
+            parts = [piece_ids[piece] for piece in plan]
+            row = np.empty(p + sum(map(len, parts)) + s, dtype=np.int32)
+            row[:p] = self.prefix_ids
+            at = p
+            for part in parts:
+                row[at:at + len(part)] = part
+                at += len(part)
+            row[at:] = self.suffix_ids
+            out.append(row)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

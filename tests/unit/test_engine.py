@@ -340,3 +340,44 @@ def test_default_temperatures_are_reported_with_their_source():
     info = engine.describe()
     assert info["temperature_by_type"] == {"choice": 1.0, "noul": 1.0, "score": 1.0}
     assert set(info["temperature_source"].values()) == {"default"}
+
+
+# ---- the real tokenizer: pre-tokenized chat skeleton vs full prompts ------------------------------------------
+
+class CrcBackend:
+    """Logits chosen by a CRC of the row's ids, so any token difference changes the answers."""
+    name = "crc"
+
+    def __init__(self):
+        self.calls: list[list[list[int]]] = []
+        self.table = np.random.default_rng(7).normal(0.0, 2.0, (997, 26)).astype(np.float32)
+
+    def letter_logits(self, rows):
+        self.calls.append([np.asarray(r).tolist() for r in rows])
+        return self.table[[zlib.crc32(np.asarray(r, dtype=np.int32).tobytes()) % 997 for r in rows]]
+
+
+class FullPromptTokenizer:
+    """Only encode_batch: the engine falls back to encoding full rendered prompts."""
+
+    def __init__(self, tok):
+        self.encode_batch = tok.encode_batch
+
+
+def test_wrapped_skeleton_rows_and_answers_equal_full_prompt_encoding():
+    from startlux_native.tokenizer import DecisionTokenizer, cached_tokenizer_json
+
+    tok = DecisionTokenizer.from_file(cached_tokenizer_json())
+    state = {"ticket": "  Charged twice.\n\n", "lines": [f"item {i}" for i in range(9)], "x": 1.5}
+    questions = {**SELF_TEST_QUESTIONS, "wide": wide_question(60), "narrow": wide_question(27),
+                 "odd": {"type": "choice", "instructions": " \tWhich? ", "criteria": {"a ": "x\n", "b": None}}}
+    fast_backend, full_backend = CrcBackend(), CrcBackend()
+    timings = {}
+    fast = Engine(fast_backend, tok, CONFIG).decide(state, questions, timings)
+    full = Engine(full_backend, FullPromptTokenizer(tok), CONFIG).decide(state, questions)
+    print(f"{len(fast_backend.calls)} backend calls, {sum(len(c) for c in fast_backend.calls)} rows, "
+          f"{fast[1]['input_tokens']} tokens")
+    assert len(fast_backend.calls) == 2  # round 1, then the finalists of both wide questions
+    assert fast_backend.calls == full_backend.calls
+    assert fast == full
+    assert set(timings) == {"render", "tokenize", "forward", "readout"} and all(t >= 0 for t in timings.values())

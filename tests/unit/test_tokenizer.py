@@ -430,3 +430,93 @@ def test_cli(tmp_path, tok_path, capsys):
     assert str(out) in capsys.readouterr().out
     assert out.read_bytes() == tok_path.read_bytes()
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+
+
+# --- piecewise encoding: pre-tokenized chat skeleton + one segment per user content (§1.5) ----------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC231 = ROOT / "benchmarks" / "manifests" / "public231.jsonl"
+TYPED_DECISIONS = Path("/work/shared/data/typed_decisions/test.jsonl")
+
+
+def rendered_parts(requests) -> list[tuple[str, str]]:
+    """(evidence block, question block) of every question of every request, as the engine renders them (refused
+    ones skipped); the questions of one request share their evidence block."""
+    from startlux_native import prompt
+    from startlux_native.errors import RequestRefused
+
+    out = []
+    prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
+    for state, questions in requests:
+        evidence = prompt.state_text(state)
+        for qid, q in questions.items():
+            try:
+                q = prompt.convert_question(qid, q)
+                parts = prompt.render_user_parts(evidence, q)
+            except RequestRefused:
+                continue
+            assert prefix + "".join(parts) + suffix == prompt.render_pass(evidence, q)  # what used to be encoded
+            out.append(parts)
+    return out
+
+
+def assert_wrapped_equals_full(tok: tk.DecisionTokenizer, rows: list[tuple[str, ...]], what: str) -> None:
+    """encode_parts(rows) and encode_batch(joined rows) against the full-string encode of prefix + row + suffix."""
+    from startlux_native import prompt
+
+    prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
+    enc = tok.wrapped(prefix, suffix)
+    contents = ["".join(r) for r in rows]
+    full = tok.encode_batch([prefix + c + suffix for c in contents])
+    tokens = sum(len(f) for f in full)
+    for how, got in (("pieces", enc.encode_parts(rows)), ("contents", enc.encode_batch(contents))):
+        bad = [i for i, (a, b) in enumerate(zip(got, full, strict=True))
+               if a.dtype != np.int32 or a.tolist() != b.tolist()]
+        print(f"{what} ({how}): {len(rows)} prompts, {tokens} tokens, {len(bad)} differ from the full-string encode")
+        assert not bad, f"first difference: {rows[bad[0]]!r}"[:300]
+
+
+@pytest.fixture(scope="session", params=[False, None], ids=["server-merges", "tiktoken-exact"])
+def any_tok(request, tok_path) -> tk.DecisionTokenizer:
+    return tk.DecisionTokenizer.from_file(tok_path, ignore_merges=request.param)
+
+
+def test_wrapped_equals_full_encode_on_public231(any_tok):
+    rows = [json.loads(line) for line in PUBLIC231.read_text(encoding="utf-8").splitlines() if line.strip()]
+    contents = rendered_parts((r["request"]["state"], r["request"]["questions"]) for r in rows)
+    assert len(contents) == 231
+    assert_wrapped_equals_full(any_tok, contents, "Public231")
+
+
+def test_wrapped_equals_full_encode_on_typed_decisions(any_tok):
+    if not TYPED_DECISIONS.is_file():
+        pytest.skip(f"{TYPED_DECISIONS} not present")
+    rows = [json.loads(line) for line in TYPED_DECISIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    contents = rendered_parts((r["state"], r["questions"]) for r in rows)
+    assert len(contents) > 1000
+    assert_wrapped_equals_full(any_tok, contents, "Typed Decisions test")
+
+
+def test_wrapped_equals_full_encode_on_awkward_contents(any_tok):
+    """Contents that stress both joins: leading/trailing whitespace and line breaks (encoded whole), special-token
+    text and its fragments at either end, combining marks, digits and punctuation next to the joins, random mixes."""
+    rng = random.Random(SEED)
+    edge = ["Evidence:\nx", "x", ".", "7", "'s", "<think>", "<|im_end|>", "<|im_", "|>", "<", "\u0338x", "\u0301",
+            "é", "部", "😀", " x", "\nx", "\r\nx", "\tx", "\u00a0x", "\u3000x", "\x1cx", "", " ", "\n", "x ", "x\n",
+            "x\n\n", "x\r", "x<", "x<|im_end", "x\u0338", "x'", "x:", "x.\n", "Options:\nA) yes\nB) no"]
+    words = ["alpha", " beta", " 7", "\n", "\n\n", " γάμμα", "日本", " ok.", "<think>", "<|im_start|>", "😀", "  ",
+             "\u0338", ":", "'s", "\r\n", "\t", "0x8007"]
+    rows = [(e,) for e in edge] + [(a, b) for a in edge for b in edge]  # every join, safe or not
+    rows += [tuple(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(2000)]
+    assert_wrapped_equals_full(any_tok, rows, "awkward contents")
+
+
+def test_wrapped_encoder_refuses_unsafe_joins(dtok):
+    with pytest.raises(TokenizerError, match="line break"):
+        dtok.wrapped("<|im_start|>user", "<|im_end|>")
+    with pytest.raises(TokenizerError, match="special token"):
+        dtok.wrapped("<|im_start|>user\n", "\n<|im_end|>")
+    enc = dtok.wrapped("<|im_start|>user\n", "<|im_end|>")
+    assert enc.encode_batch([]) == []
+    with pytest.raises(TypeError):
+        enc.encode_batch(["ok", 5])

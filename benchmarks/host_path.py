@@ -1,0 +1,231 @@
+"""Host-path latency of POST /v1/systemone: the real server with an instant fake backend, so every millisecond
+measured is host work (HTTP, parse, validate, render, tokenize, read-out, response encode, thread hand-off).
+
+    python -m benchmarks.host_path [--manifest FILE] [--traversals 3] [--warmup 1] [--output FILE.json]
+
+Starts `python -m benchmarks.host_path serve` (= `python -m server --demo` with server.loading.BACKEND_OVERRIDE set
+to InstantBackend: the demo checkpoint's real tokenizer, prompt renderer and read-out, no forward) on a free port,
+sends every manifest request (plus "model") over HTTP with httpx at concurrency 1, and reports p50/p95 of the whole
+request (client clock: just before the POST to the body fully received) and of each stage the server reports in
+its Server-Timing header. "asgi" is the server's own total (the total_ms of its per-request log line: uvicorn hands
+the request to the app → the app returns) minus those stages (Starlette routing, Request, middleware, metrics);
+"client+socket" is the client total minus the server total (httpx, loopback, uvicorn's HTTP parsing).
+Estimators as in bench.py: p50 = median, p95 = nearest rank sorted[ceil(0.95 n) - 1].
+
+The fake logits pick a row of a fixed random table by a CRC of the row's token ids, so the answers (and the
+`answers_sha256` printed) change if tokenization or rendering changes: compare it before and after a host-path
+change to prove the answers are bit-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MANIFEST = ROOT / "benchmarks" / "manifests" / "public231.jsonl"
+MODEL = "StartLux-Decision-v1.1-4B-Instant"
+STAGES = ("read", "parse", "validate", "handoff", "render", "tokenize", "forward", "readout", "encode")
+TABLE_ROWS = 4096
+
+
+class InstantBackend:
+    """A Backend that computes nothing: each row's 26 logits are a table row chosen by crc32 of its token ids."""
+
+    name = "instant-fake"
+
+    def __init__(self, checkpoint=None, seed: int = 0):
+        self._table = np.random.default_rng(seed).normal(0.0, 2.0, (TABLE_ROWS, 26)).astype(np.float32)
+
+    def letter_logits(self, rows) -> np.ndarray:
+        return self._table[[zlib.crc32(np.ascontiguousarray(r, dtype=np.int32).tobytes()) % TABLE_ROWS
+                            for r in rows]]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "note": "test/bench only: no forward pass"}
+
+
+def serve(argv: list[str]) -> int:
+    """The server process: the demo server with the instant backend installed."""
+    from server import __main__ as server_main
+    from server import loading
+
+    loading.BACKEND_OVERRIDE = InstantBackend
+    return server_main.main(["--demo", *argv])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# client
+
+
+def quantiles(values: list[float]) -> dict:
+    s = sorted(values)
+    return {"p50": statistics.median(s), "p95": s[max(math.ceil(0.95 * len(s)) - 1, 0)],
+            "mean": statistics.fmean(s)}
+
+
+def parse_server_timing(value: str) -> dict[str, float]:
+    out = {}
+    for part in value.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if dur:
+            out[name] = float(dur)
+    return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, log_path: Path, server_args: list[str]) -> subprocess.Popen:
+    env = {"TOKENIZERS_PARALLELISM": "false", **os.environ}  # pinned as in scripts/gpu_http_bench.sh unless set
+    cmd = [sys.executable, "-m", "benchmarks.host_path", "serve", "--host", "127.0.0.1", "--port", str(port),
+           *server_args]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_ready(client, proc: subprocess.Popen, log_path: Path, timeout: float = 300.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            if client.get("/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"server not ready after {timeout} s:\n{log_path.read_text()[-3000:]}")
+
+
+def load_bodies(manifest: Path) -> list[tuple[str, bytes]]:
+    rows = [json.loads(line) for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
+    requests = [(r["id"], r["request"] if "request" in r else {"state": r["state"], "questions": r["questions"]})
+                for r in rows]  # a bench manifest, or rows of {id, state, questions} (Typed Decisions)
+    return [(rid, json.dumps({"model": MODEL, **req}, ensure_ascii=False).encode()) for rid, req in requests]
+
+
+def traverse(client, bodies, record: bool) -> tuple[list[float], list[dict], list[bytes]]:
+    totals, stages, answers = [], [], []
+    headers = {"content-type": "application/json"}
+    for rid, body in bodies:
+        t0 = time.perf_counter()
+        r = client.post("/v1/systemone", content=body, headers=headers)
+        t1 = time.perf_counter()
+        if r.status_code != 200:
+            raise SystemExit(f"{rid}: HTTP {r.status_code}: {r.text[:300]}")
+        if record:
+            totals.append((t1 - t0) * 1000)
+            stages.append(parse_server_timing(r.headers.get("server-timing", "")))
+            doc = r.json()
+            doc.pop("latency_ms", None)
+            answers.append(json.dumps(doc, sort_keys=True).encode())
+    return totals, stages, answers
+
+
+def server_totals(log_text: str) -> list[float]:
+    """total_ms of every answered POST /v1/systemone, in order, from the server's per-request log lines."""
+    return [float(m.group(1)) for m in re.finditer(r"path=/v1/systemone status=200 .*?total_ms=([0-9.]+)", log_text)]
+
+
+def summarise(totals: list[float], stages: list[dict], app_ms: list[float]) -> dict:
+    out = {"total": quantiles(totals)}
+    for name in STAGES:
+        vals = [s.get(name, 0.0) for s in stages]
+        out[name] = quantiles(vals)
+    out["stages"] = quantiles([sum(s.values()) for s in stages])
+    out["asgi"] = quantiles([a - sum(s.values()) for a, s in zip(app_ms, stages, strict=True)])
+    out["server"] = quantiles(app_ms)
+    out["client+socket"] = quantiles([t - a for t, a in zip(totals, app_ms, strict=True)])
+    return out
+
+
+def table(summary: dict) -> str:
+    lines = [f"{'stage':<12}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}"]
+    for name in (*STAGES, "stages", "asgi", "server", "client+socket", "total"):
+        q = summary[name]
+        lines.append(f"{name:<12}{q['p50']:>10.3f}{q['p95']:>10.3f}{q['mean']:>10.3f}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import httpx
+
+    bodies = load_bodies(Path(args.manifest))
+    port = free_port()
+    log_path = Path(tempfile.mkdtemp(prefix="host-path-")) / "server.log"
+    proc = start_server(port, log_path, args.server_arg)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            wait_ready(client, proc, log_path)
+            for _ in range(args.warmup):
+                traverse(client, bodies, record=False)
+            totals, stages, answers = [], [], []
+            for _ in range(args.traversals):
+                t, s, a = traverse(client, bodies, record=True)
+                totals += t
+                stages += s
+                answers = answers or a
+                if a != answers:
+                    raise SystemExit("answers differ between traversals")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    app_ms = server_totals(log_path.read_text(errors="replace"))[-len(totals):]
+    if len(app_ms) != len(totals):
+        raise SystemExit(f"found {len(app_ms)} request log lines for {len(totals)} timed requests")
+    summary = summarise(totals, stages, app_ms)
+    digest = hashlib.sha256(b"\n".join(answers)).hexdigest()
+    print(f"host path: {len(bodies)} requests x {args.traversals} traversals (warm-up {args.warmup}), "
+          f"concurrency 1, instant fake backend")
+    print(table(summary))
+    print(f"answers_sha256 {digest}")
+    if args.output:
+        doc = {"manifest": str(args.manifest), "requests": len(bodies), "traversals": args.traversals,
+               "warmup": args.warmup, "samples": len(totals), "answers_sha256": digest, "summary_ms": summary,
+               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "node": platform.node()},
+               "server_log": str(log_path)}
+        Path(args.output).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.host_path", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--manifest", default=str(DEFAULT_MANIFEST))
+    ap.add_argument("--traversals", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed traversals first")
+    ap.add_argument("--output", help="write the summary JSON here")
+    ap.add_argument("--server-arg", action="append", default=[], help="extra server flag (repeatable)")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
