@@ -1,8 +1,10 @@
 """Gated DeltaNet ops (native/gdn.cu): conv + SiLU, gates, chunked delta rule, against float64 numpy references.
 
 GPU tests skip here without a device (conftest's cs1 fixture). test_chunked_mirror_matches_recurrence runs on the
-CPU: it replays, in float64, exactly the per-chunk steps and workspace quantities of the four prefill kernels and
-checks them against the token-by-token recurrence at 1e-10, so algebra errors show up before device time is spent.
+CPU: it replays, in float64, exactly the per-chunk steps and workspace quantities of the four prefill kernels (with
+the L2 norms and decays applied as row / column factors around the raw q, k products, as the tensor-core kernels do)
+and checks them against the token-by-token recurrence at 1e-10, so algebra errors show up before device time is
+spent.
 
 Tolerances: conv within 1 bf16 ulp of the once-rounded float64 value; beta within 1 bf16 ulp of bf16(sigmoid(b)),
 g within 4e-6 relative (fp32 exp/log1p); prefill max|diff| <= 2e-2 * max|ref| (spec native-abi-reference.md §7.2:
@@ -100,31 +102,34 @@ def chunked_mirror(q, k, v, g, beta, cu, scale, t_total):
             kraw = np.repeat(pad(k[rows]), r, axis=0)  # [H, 64, 128]
             qraw = np.repeat(pad(q[rows]), r, axis=0)
             vv, gg, bb = pad(v[rows]), pad(g[rows]), pad(beta[rows])  # [H, 64, 128], [H, 64], [H, 64]
-            # 2. prep: Gam, 1/|k|, L, then U and W by forward substitution
+            # 2. prep: Gam, 1/|k|, L from the raw k rows with the norms as factors, then U and W by forward
+            #    substitution with right-hand sides beta v and (beta e^Gam / |k|) k_raw
             gam = np.cumsum(gg, axis=1)
             rk = 1.0 / np.sqrt(np.sum(kraw * kraw, axis=2) + L2_EPS)
-            khat = kraw * rk[:, :, None]
             lower = np.tril(np.ones((C, C), dtype=bool), -1)
             diff = np.where(lower, gam[:, :, None] - gam[:, None, :], 0.0)
-            big_l = np.where(lower, bb[:, :, None] * (khat @ np.swapaxes(khat, 1, 2)) * np.exp(diff), 0.0)
-            rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam))[:, :, None] * khat
+            gram = (kraw @ np.swapaxes(kraw, 1, 2)) * rk[:, :, None] * rk[:, None, :]
+            big_l = np.where(lower, bb[:, :, None] * gram * np.exp(diff), 0.0)
+            rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam) * rk)[:, :, None] * kraw
             u, w = np.zeros_like(rhs_u), np.zeros_like(rhs_w)
             for i in range(C):
                 u[:, i] = rhs_u[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], u[:, :i])
                 w[:, i] = rhs_w[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], w[:, :i])
-            # 3. walk: S0 of the chunk, Delta over U, state update with Kd = k^ e^{Gam_63 - Gam}
+            # 3. walk: S0 of the chunk, Delta over U, then S = e^{Gam_63} S0 + k_raw^T diag(f) Delta with
+            #    f_i = e^{Gam_63 - Gam_i} / |k_i| (the normalisation and decay of k^ folded into the rows of Delta)
             s0 = state.copy()
             delta = u - w @ s0
             gam_last = gam[:, C - 1]
-            kd = khat * np.exp(gam_last[:, None] - gam)[:, :, None]
-            state = np.exp(gam_last)[:, None, None] * s0 + np.swapaxes(kd, 1, 2) @ delta
-            # 4. out: P = (Q~ K^T) .* D (diagonal included), O = e^Gam Q~ S0 + P Delta
-            rq = 1.0 / np.sqrt(np.sum(qraw * qraw, axis=2) + L2_EPS)
-            qt = qraw * rq[:, :, None] * scale
+            f = rk * np.exp(gam_last[:, None] - gam)
+            state = np.exp(gam_last)[:, None, None] * s0 + np.swapaxes(kraw, 1, 2) @ (f[:, :, None] * delta)
+            # 4. out: qs = scale / |q|; P = qs_i (q_raw . k_raw_j) / |k_j| e^{Gam_i - Gam_j} (diagonal included),
+            #    O = diag(qs e^Gam) q_raw S0 + P Delta
+            qs = scale / np.sqrt(np.sum(qraw * qraw, axis=2) + L2_EPS)
             incl = np.tril(np.ones((C, C), dtype=bool))
             diff = np.where(incl, gam[:, :, None] - gam[:, None, :], 0.0)
-            p = np.where(incl, (qt @ np.swapaxes(khat, 1, 2)) * np.exp(diff), 0.0)
-            out = np.exp(gam)[:, :, None] * (qt @ s0) + p @ delta
+            qk = (qraw @ np.swapaxes(kraw, 1, 2)) * qs[:, :, None] * rk[:, None, :]
+            p = np.where(incl, qk * np.exp(diff), 0.0)
+            out = (qs * np.exp(gam))[:, :, None] * (qraw @ s0) + p @ delta
             o[rows] = np.moveaxis(out, 0, 1)[:n]
     return o
 
@@ -314,7 +319,7 @@ def test_gates_match_reference(cs1, gpu, rng, t):
 
 # ---- prefill ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 700, 2048, 4097])
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 700, 2048, 4097, 8192])
 def test_prefill_4b_heads(cs1, gpu, rng, t):
     h, hk = 32, 16
     bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
@@ -360,6 +365,34 @@ def test_prefill_many_prompts(cs1, gpu, rng):
     assert np.all(got[cu[-1]:] == 0), "padding rows are not zero"
     ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
     check_prefill(f"{len(lengths)} packed prompts, T={t}", got[: cu[-1]], ref[: cu[-1]])
+
+
+def test_prefill_many_4b_prompts_match_and_equal_separate_calls(cs1, gpu, rng):
+    # 150 prompts at the 4B head counts (4800 walk blocks); lengths around the chunk edges, an empty one
+    h, hk = 32, 16
+    lengths = [int(n) for n in rng.choice([0, 1, 2, 63, 64, 65, 127, 128, 129, 200, 333], 150)]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1]) + 70  # a whole padding chunk after the last prompt
+    bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
+    got = run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk)
+    assert np.all(got[cu[-1]:] == 0), "padding rows are not zero"
+    ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
+    check_prefill(f"{len(lengths)} packed prompts, H=32, T={t}", got[: cu[-1]], ref[: cu[-1]])
+    for s in rng.choice(len(lengths), 12, replace=False):
+        a, b = int(cu[s]), int(cu[s + 1])
+        if b == a:
+            continue
+        alone = run_prefill(cs1, gpu, bits[a:b].copy(), ld, g[a:b].copy(), beta[a:b].copy(), [0, b - a], b - a, h,
+                            hk)
+        assert np.array_equal(alone, got[a:b]), f"prompt rows {a}:{b} differ from a separate call"
+
+
+def test_prefill_is_deterministic(cs1, gpu, rng):
+    h, hk, t = 32, 16, 1000
+    bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
+    first = run_prefill(cs1, gpu, bits, ld, g, beta, [0, 300, t], t, h, hk)
+    second = run_prefill(cs1, gpu, bits, ld, g, beta, [0, 300, t], t, h, hk)
+    assert np.array_equal(first, second)
 
 
 def test_prefill_weak_decay(cs1, gpu, rng):
