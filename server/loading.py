@@ -6,7 +6,6 @@ Imports of the model packages are lazy, so `python -m server --help` stays fast 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import sys
@@ -25,8 +24,10 @@ LICENCE_LINE = ("model weights: startlux-models/StartLux-Decision-v1.1-4B-Instan
                 "(non-commercial use only); this project never distributes or downloads them")
 DEMO_BANNER = "DEMO MODE: tiny random-weight model on the CPU reference backend; every answer is meaningless"
 DEMO_NAME = "startlux-native-demo-tiny-random"
-CUDA_DEFAULT_REQUEST_TOKENS = 65536  # the TypeSafe hosted budget per request; the CUDA scratch is sized for it
-MAX_CHOICE_OPTIONS = 255
+CUDA_DEFAULT_REQUEST_TOKENS = 65536  # the TypeSafe hosted budget per request: worst case well under the SDK's 10 s
+CUDA_MAX_ROWS = 64  # rows per forward; more rows (many questions, wide rounds) run as several forwards
+# graph-vs-eager self-check shapes: one, three and one long prompt (random ids; the check is byte equality)
+GRAPH_CHECK_SHAPES = ([147], [290, 300, 301], [1000], [3900])
 
 # Test/bench only, never set in production: when not None, load() calls BACKEND_OVERRIDE(checkpoint) instead of
 # building the configured backend (benchmarks/host_path.py installs an instant fake one to time the host path).
@@ -123,13 +124,14 @@ def load(settings: Settings) -> Loaded:
     else:
         from startlux_native.cuda_backend import CudaBackend
 
-        # The CUDA scratch is sized for one call's tokens and rows, and the engine sends all rows of a round in one
-        # call: cap the request's tokens at that size so an over-sized request is a 422 before any device work,
-        # never a 500 from the backend.
+        # Scratch for the longest admitted prompt (weights + scratch at 32k tokens stay under 24 GB); a request
+        # with more tokens or rows runs as several forwards inside the backend.
         request_tokens = request_tokens or max(CUDA_DEFAULT_REQUEST_TOKENS, settings.max_prompt_tokens)
-        rows = settings.max_questions * math.ceil(MAX_CHOICE_OPTIONS / ckpt.decision_config.wide_choice.group)
-        backend = CudaBackend(ckpt, library=settings.library, device=settings.device, max_tokens=request_tokens,
-                              max_rows=max(1024, rows))
+        backend = CudaBackend(ckpt, library=settings.library, device=settings.device,
+                              max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs)
+        if settings.graphs:
+            captured = backend.capture_graphs()
+            log.info("captured %d CUDA graphs (one prompt per padded length)", captured)
     t = stage("backend", t)
     engine = engine_mod.Engine(backend, tok, ckpt.decision_config, max_prompt_tokens=settings.max_prompt_tokens,
                                max_questions=settings.max_questions, max_request_tokens=request_tokens)
@@ -138,6 +140,16 @@ def load(settings: Settings) -> Loaded:
     req = SELF_TEST_REQUEST
     answers2, usage2 = engine.decide(req["state"], req["questions"])
     _check_answers(answers2, req["questions"])
+    graphs = None
+    if hasattr(backend, "self_check") and getattr(backend, "graphs_enabled", False):
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        vocab = min(ckpt.config.vocab_size, 200_000)
+        shapes = [s for s in GRAPH_CHECK_SHAPES if sum(s) <= settings.max_prompt_tokens]
+        backend.self_check([[rng.integers(100, vocab, n).astype(np.int32) for n in s] for s in shapes])
+        graphs = backend.graph_state
+        log.info("CUDA graphs: %s", graphs)
     stage("self-test", t)
     bar.close()
 
@@ -145,4 +157,4 @@ def load(settings: Settings) -> Loaded:
     return Loaded(engine, ckpt, names, settings.demo, time.perf_counter() - t0, stages,
                   {"warm_up": {"input_tokens": usage["input_tokens"]},
                    "request": {"input_tokens": usage2["input_tokens"], "questions": len(answers2)},
-                   "passed": True})
+                   "graphs": graphs, "passed": True})

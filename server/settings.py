@@ -26,6 +26,7 @@ class Settings:
     model_names: tuple[str, ...] = ()
     attention_mode: str | None = None
     keep_fp32_gdn_params: bool = False
+    graphs: bool = True
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -60,8 +61,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
     ("max-prompt-tokens", _positive_int, "longest prompt of one question in tokens; longer ones are refused (422), "
                                          "never truncated"),
     ("max-request-tokens", _positive_int, "cap on the tokens of all prompts of one request, wide rounds included "
-                                          "(422 above); the cuda backend sizes its scratch for it (cuda default: "
-                                          "65536; reference default: no cap)"),
+                                          "(422 above; cuda default: 65536, which keeps the worst case well under "
+                                          "the SDK's 10 s timeout; reference default: no cap). The cuda backend "
+                                          "sizes its scratch for one prompt and runs larger requests as several "
+                                          "forwards"),
     ("max-body-bytes", _positive_int, "largest request body, raw and decoded (413 above)"),
     ("max-queue", _positive_int, "admitted requests (in flight + queued); more are answered 429 + Retry-After"),
     ("max-questions", _positive_int, "questions per request (422 above)"),
@@ -69,6 +72,8 @@ FLAGS: list[tuple[str, type | object, str]] = [
                            "(default: the checkpoint's name)"),
     ("attention-mode", str, "override the profile's attention mode: 'bidirectional' or 'causal'"),
     ("keep-fp32-gdn-params", bool, "keep A_log and linear_attn.norm.weight in fp32 instead of rounding them to bf16"),
+    ("graphs", bool, "cuda backend: replay the whole forward as CUDA graphs (captured per padded length at start-up, "
+                     "checked byte for byte against eager launches; dropped if they ever differ)"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
