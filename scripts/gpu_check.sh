@@ -19,14 +19,8 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 limit() { local l=$(( BUDGET_S - $(elapsed) - $2 )); [ $l -gt $1 ] && l=$1; [ $l -lt 30 ] && l=30; echo $l; }
 record() { SUMMARY+=("$(printf '%-22s %-8s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
-# ---- carried wheels (the device has no network)
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$OUT/pip.log" 2>&1 || echo "wheel install failed: see $OUT/pip.log"
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
-export TOKENIZERS_PARALLELISM=false
+# ---- carried wheels (the device has no network) and the common environment
+. scripts/device_env.sh "$OUT"
 
 # ---- environment record
 {

@@ -9,13 +9,7 @@ ROOT=$PWD
 FINAL=${OUT:-$ROOT/gpu_http_out}
 OUT=$(mktemp -d)/http_bench  # everything lands here, packed into $FINAL/http_bench.tgz at the end
 mkdir -p "$OUT" "$FINAL"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$OUT/pip.log" 2>&1 || echo "wheel install failed: see $OUT/pip.log"
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-export CS1_LIBRARY=$ROOT/target/libqwen3_5_cuda.so
+. scripts/device_env.sh "$OUT"
 CKPT=${CKPT:-/tmp/bench4b}
 M=benchmarks/manifests/public231.jsonl
 R=$OUT/results

@@ -13,13 +13,8 @@ mkdir -p "$W" "$FINAL"
 BUDGET_S=${BUDGET_S:-540}
 T0=$SECONDS
 left() { echo $((BUDGET_S - (SECONDS - T0))); }
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$W/pip.log" 2>&1 || echo "wheel install failed: see pip.log"
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-export CS1_LIBRARY=$ROOT/target/libqwen3_5_cuda.so CKPT=${CKPT:-/tmp/bench4b}
+. scripts/device_env.sh "$W"
+export CKPT=${CKPT:-/tmp/bench4b}
 summary=()
 note() { summary+=("$(printf '%-14s %5ss  %s' "$1" $((SECONDS - T0)) "$2")"); }
 { date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit \
