@@ -368,9 +368,9 @@ def test_prefill_many_prompts(cs1, gpu, rng):
 
 
 def test_prefill_many_4b_prompts_match_and_equal_separate_calls(cs1, gpu, rng):
-    # 150 prompts at the 4B head counts (4800 walk blocks); lengths around the chunk edges, an empty one
+    # 60 prompts at the 4B head counts (1920 walk blocks); lengths around the chunk edges, an empty one
     h, hk = 32, 16
-    lengths = [int(n) for n in rng.choice([0, 1, 2, 63, 64, 65, 127, 128, 129, 200, 333], 150)]
+    lengths = [int(n) for n in rng.choice([1, 2, 63, 64, 65, 127, 128, 129, 200, 333], 60)] + [0]
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     t = int(cu[-1]) + 70  # a whole padding chunk after the last prompt
     bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
@@ -378,7 +378,7 @@ def test_prefill_many_4b_prompts_match_and_equal_separate_calls(cs1, gpu, rng):
     assert np.all(got[cu[-1]:] == 0), "padding rows are not zero"
     ref = packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
     check_prefill(f"{len(lengths)} packed prompts, H=32, T={t}", got[: cu[-1]], ref[: cu[-1]])
-    for s in rng.choice(len(lengths), 12, replace=False):
+    for s in rng.choice(len(lengths), 8, replace=False):
         a, b = int(cu[s]), int(cu[s + 1])
         if b == a:
             continue
