@@ -2,7 +2,9 @@
 # H200 HTTP run (one device call): Public231 at concurrency 1 through the native server and through the reference
 # arm (transformers + flash-linear-attention, CUDA-graph mode and eager mode) on the same GPU, then compare.
 #   OUT=<log folder> scripts/gpu_http_bench.sh     ($OUT/http_bench.tgz holds every log and run; summary last)
-# Knobs: TRAVERSALS (measured passes per arm, default 3), ARMS (default "native ref-graph ref-eager").
+# Knobs: TRAVERSALS (measured passes per arm, default 3), ARMS (default "native ref-graph ref-eager"), DEADLINE_S
+# (no arm or traversal starts after it; what ran is packed either way), CS1_GIT_DESCRIBE (the commit, where the
+# device copy has no git history).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,6 +17,13 @@ M=benchmarks/manifests/public231.jsonl
 R=$OUT/results
 mkdir -p "$R"
 TRAVERSALS=${TRAVERSALS:-3}
+pack() {  # also on SIGTERM from an outer timeout: what ran so far comes back
+  (cd "$OUT/.." && tar czf "$FINAL/http_bench.tgz" http_bench)
+  cat "$OUT"/summary-*.txt "$OUT"/compare-*.txt >"$FINAL/summary.txt" 2>/dev/null
+  jobs -p | xargs -r kill 2>/dev/null
+}
+trap pack EXIT
+DEADLINE_S=${DEADLINE_S:-100000}  # no new arm or traversal starts after this many seconds of the script
 ARMS=${ARMS:-native ref-graph ref-eager}
 
 [ -f target/libqwen3_5_cuda.so ] || ./build.sh target 90 >"$OUT/build.log" 2>&1 || { tail "$OUT/build.log"; exit 1; }
@@ -42,12 +51,14 @@ bench_arm() {  # arm name, port, server command...
   echo "$arm ready after $((SECONDS - s)) s"
   curl -s "localhost:$port/info" >"$R/info-$arm.json"
   python3 benchmarks/metadata.py --output "$R/meta-$arm.json" --manifest $M --checkpoint "$CKPT" \
-    --endpoint "http://127.0.0.1:$port" --arm "$arm" >"$OUT/meta-$arm.log" 2>&1
+    --endpoint "http://127.0.0.1:$port" --arm "$arm" \
+    ${CS1_GIT_DESCRIBE:+--set "commit=$CS1_GIT_DESCRIBE"} >"$OUT/meta-$arm.log" 2>&1
   local common=(--endpoint "http://127.0.0.1:$port" --model jev-latest --metadata "$R/meta-$arm.json"
                 --concurrency 1 --warmup 5 --score-decimals 6)
   python3 benchmarks/bench.py run $M "${common[@]}" --phase feasibility --output "$R/$arm-c1-feas" \
     >"$OUT/bench-$arm-feas.log" 2>&1
   for ((t = 1; t <= TRAVERSALS; t++)); do
+    [ $SECONDS -lt "$DEADLINE_S" ] || { echo "$arm: deadline reached before traversal $t"; break; }
     python3 benchmarks/bench.py run $M "${common[@]}" --phase measured --output "$R/$arm-c1-t$t" \
       >"$OUT/bench-$arm-t$t.log" 2>&1
   done
@@ -58,6 +69,7 @@ bench_arm() {  # arm name, port, server command...
 }
 
 for arm in $ARMS; do
+  [ $SECONDS -lt "$DEADLINE_S" ] || { echo "deadline reached: $arm not run"; continue; }
   case $arm in
     native) bench_arm native 8000 python3 -m server --checkpoint "$CKPT" --backend cuda ;;
     ref-graph) bench_arm ref-graph 8001 python3 benchmarks/reference_server.py "$CKPT" --mode graph --graph-rows 1 ;;
@@ -71,5 +83,3 @@ for ref in ref-graph ref-eager; do
     python3 benchmarks/bench.py compare "$(join $ref)" "$(join native)" | tee "$OUT/compare-$ref.txt" | tail -n 15
   fi
 done
-(cd "$OUT/.." && tar czf "$FINAL/http_bench.tgz" http_bench)
-cat "$OUT"/summary-*.txt "$OUT"/compare-*.txt > "$FINAL/summary.txt" 2>/dev/null
