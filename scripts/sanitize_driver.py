@@ -1,0 +1,104 @@
+"""Drive every kernel once per size under compute-sanitizer (4B head shapes, three packed prompts per batch).
+
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_driver.py 640 1024 4096
+"""
+
+import sys
+
+import numpy as np
+
+from startlux_native import abi, bf16
+
+lib = abi.load()
+ffi = lib.ffi
+rng = np.random.default_rng(0)
+s = ffi.new("void **")
+lib.cs1_stream_create(s)
+stream = s[0]
+bufs = []
+
+
+def up(a):
+    a = np.ascontiguousarray(a)
+    p = ffi.new("void **")
+    lib.cs1_malloc(p, max(a.nbytes, 1))
+    lib.cs1_upload(p[0], ffi.from_buffer(a), a.nbytes, stream)
+    bufs.append(p[0])
+    return p[0]
+
+
+def empty(n):
+    p = ffi.new("void **")
+    lib.cs1_malloc(p, max(n, 1))
+    lib.cs1_memset_async(p[0], 0xFF, n, stream)  # poisoned: NaN in bf16 and fp32
+    bufs.append(p[0])
+    return p[0]
+
+
+def rb(*shape, scale=1.0):
+    return bf16.to_bits((scale * rng.standard_normal(shape)).astype(np.float32))
+
+
+def i32(p):
+    return ffi.cast("int32_t *", p)
+
+
+def f32(p):
+    return ffi.cast("float *", p)
+
+
+Hq, Hk, Dh, H, HK = 16, 4, 256, 32, 16
+for T in [int(a) for a in sys.argv[1:]]:
+    lens = [T // 2 + 1, T // 3, T - (T // 2 + 1) - T // 3]
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    pos = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
+    d_cu, d_pos = i32(up(cu)), i32(up(pos))
+    ld_a = (2 * Hq + 2 * Hk) * Dh
+    qkv = up(rb(T, ld_a))
+    q, gate, k, o = empty(T * Hq * Dh * 2), empty(T * Hq * Dh * 2), empty(T * Hk * Dh * 2), empty(T * Hq * Dh * 2)
+    inv = np.float32(1) / np.power(np.float32(1e7), np.arange(0, 64, 2, dtype=np.float32) / np.float32(64))
+    lib.cs1_attn_prep(qkv, ld_a, up(rb(Dh, scale=0.1)), up(rb(Dh, scale=0.1)), d_pos, f32(up(inv.astype(np.float32))),
+                      q, gate, k, T, Hq, Hk, Dh, 64, 1e-6, stream)
+    v = ffi.cast("char *", qkv) + 2 * (2 * Hq * Dh + Hk * Dh)
+    lib.cs1_attention_gated(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, stream)
+    lib.cs1_attention_gated_bidirectional(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, stream)
+    for causal in (0, 1):
+        for tile in (64, 128):
+            lib.cs1_attention_gated_tiled(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, causal, tile,
+                                          stream)
+    conv_dim, ld_g = 2 * HK * 128 + H * 128, 12352
+    proj = up(rb(T, ld_g))
+    conv = empty(T * conv_dim * 2)
+    lib.cs1_gdn_conv(proj, ld_g, up(rb(conv_dim, 4, scale=0.5)), d_pos, conv, T, conv_dim, stream)
+    beta, g = f32(empty(T * H * 4)), f32(empty(T * H * 4))
+    lib.cs1_gdn_gates(ffi.cast("char *", proj) + 2 * (conv_dim + H * 128), ld_g,
+                      f32(up(np.log(rng.uniform(0.05, 0.9, H)).astype(np.float32))),
+                      f32(up(rng.uniform(-1, 1.5, H).astype(np.float32))), beta, g, T, H, stream)
+    wsb = ffi.new("size_t *")
+    lib.cs1_gdn_workspace_bytes(T, 3, H, wsb)
+    ws, go = empty(int(wsb[0])), empty(T * H * 128 * 2)
+    lib.cs1_gdn_prefill(conv, conv_dim, g, beta, d_cu, 3, go, ws, int(wsb[0]), T, H, HK, 128 ** -0.5, stream)
+    ln = empty(T * H * 128 * 2)
+    lib.cs1_gated_rms_norm(go, ffi.cast("char *", proj) + 2 * conv_dim, ld_g,
+                           f32(up(np.ones(128, np.float32))), 1, ln, T, H, 128, 1e-6, stream)
+    x, out = up(rb(T, 2560)), empty(T * 2560 * 2)
+    lib.cs1_rms_norm(x, up(rb(2560, scale=0.1)), out, T, 2560, 1e-6, stream)
+    out2 = empty(T * 2560 * 2)
+    lib.cs1_add_rms_norm(x, out, up(rb(2560, scale=0.1)), out2, T, 2560, 1e-6, stream)
+    act = empty(T * 9216 * 2)
+    gu = up(rb(T, 18432))
+    lib.cs1_silu_mul(gu, 18432, act, T, 9216, stream)
+    hg = ffi.new("void **")
+    lib.cs1_gemm_create(32 << 20, hg)
+    lib.cs1_gemm(hg[0], act, 9216, up(rb(2560, 9216, scale=0.01)), out, 2560, T, 2560, 9216, stream)
+    logits = f32(empty(3 * 26 * 4))
+    lib.cs1_letter_readout(x, out, i32(up((cu[1:] - 1).astype(np.int32))), 3, up(rb(2560, scale=0.1)),
+                           f32(up(rng.standard_normal((26, 2560)).astype(np.float32))), 26, logits, 2560, 1e-6,
+                           stream)
+    lib.cs1_stream_sync(stream)
+    lib.cs1_gemm_destroy(hg[0])
+    for p in bufs:
+        lib.cs1_free(p)
+    bufs.clear()
+    print(f"T={T}: all kernels ran", flush=True)
+print("sanitizer driver done")
