@@ -1,6 +1,7 @@
-"""Contract tests run against REAL server processes (`python -m server --demo`: uvicorn on a free port, the tiny
-random checkpoint on the CPU reference backend). All servers of the session start at once, so their start-ups
-overlap; each fixture then waits for its server's /ready.
+"""Contract tests run against REAL server processes (uvicorn on a free port): `python -m server --demo` (the tiny
+random checkpoint on the CPU reference backend), or, when a GPU and the built library are present (or
+CS1_CONTRACT_BACKEND=cuda), a tiny checkpoint in the kernels' head shapes on the CUDA backend. All servers of the
+session start at once, so their start-ups overlap; each fixture then waits for its server's /ready.
 
 Servers:
   main   --demo (defaults, max-queue 8)
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from contract_harness import LOAD_DELAY_S, SLOW_DELAY_S, STANDARD, ServerProcess
+from contract_harness import LOAD_DELAY_S, SLOW_DELAY_S, STANDARD, ServerProcess, server_target
 
 
 @pytest.fixture(scope="session")
@@ -24,13 +25,15 @@ def fleet(tmp_path_factory):
 
     demo_checkpoint()
     tmp = tmp_path_factory.mktemp("servers")
+    target, _ = server_target(tmp)
     servers = {
-        "main": ServerProcess("main", tmp, ["--max-queue", "8"]),
-        "slow": ServerProcess("slow", tmp, ["--max-queue", "1"],
+        "main": ServerProcess("main", tmp, target, ["--max-queue", "8"]),
+        "slow": ServerProcess("slow", tmp, target, ["--max-queue", "1"],
                               {"CS1_DEBUG_ENGINE_DELAY_S": str(SLOW_DELAY_S),
                                "CS1_DEBUG_LOAD_DELAY_S": str(LOAD_DELAY_S), "CS1_DEBUG_FAULT": "transient"}),
-        "sticky": ServerProcess("sticky", tmp, [], {"CS1_DEBUG_FAULT": "sticky"}),
-        "drain": ServerProcess("drain", tmp, ["--graceful-timeout", "20"], {"CS1_DEBUG_ENGINE_DELAY_S": "2.0"}),
+        "sticky": ServerProcess("sticky", tmp, target, [], {"CS1_DEBUG_FAULT": "sticky"}),
+        "drain": ServerProcess("drain", tmp, target, ["--graceful-timeout", "20"],
+                               {"CS1_DEBUG_ENGINE_DELAY_S": "2.0"}),
     }
     # readiness as seen before the model is loaded (the slow server loads for LOAD_DELAY_S at least)
     slow = servers["slow"]
@@ -40,6 +43,12 @@ def fleet(tmp_path_factory):
     yield servers
     for s in servers.values():
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def target_settings(fleet) -> dict:
+    """Settings fields of the model the servers serve (for an in-process engine over the same checkpoint)."""
+    return server_target(next(iter(fleet.values())).log_path.parent)[1]
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,46 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gpu_available() -> bool:
+    """The built library loads and sees a CUDA device."""
+    try:
+        from startlux_native import abi
+
+        path = abi.library_path()
+        if not path.exists():
+            return False
+        lib = abi.load(str(path))
+        count = lib.ffi.new("int *")
+        return lib.raw.cs1_device_count(count) == 0 and count[0] > 0
+    except Exception:  # no library, wrong ABI, no driver: the CPU reference backend it is
+        return False
+
+
+# Which backend the servers run: CS1_CONTRACT_BACKEND=reference|cuda, default: cuda when a GPU and the library are
+# present (a tiny checkpoint in the shapes the kernels take), else the demo on the CPU reference backend.
+BACKEND = os.environ.get("CS1_CONTRACT_BACKEND", "auto")
+if BACKEND == "auto":
+    BACKEND = "cuda" if _gpu_available() else "reference"
+DEMO = BACKEND == "reference"
+MODEL_NAME = "startlux-native-demo-tiny-random" if DEMO else "startlux-native-contract-tiny-gpu"
+# the demo's tiny shape with the head dims the CUDA kernels implement (256 for attention, 128 for GDN)
+GPU_TINY = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=256, intermediate_size=256,
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128, linear_value_head_dim=128)
+
+
+def server_target(tmp: Path) -> tuple[list[str], dict]:
+    """(server arguments, Settings fields) of the model every contract server serves."""
+    if DEMO:
+        return ["--demo"], {"demo": True, "backend": "reference"}
+    from startlux_native.tiny import make_tiny_checkpoint
+
+    folder = tmp / "gpu-tiny"
+    if not (folder / "config.json").exists():
+        make_tiny_checkpoint(folder, seed=0, **GPU_TINY)
+    return (["--checkpoint", str(folder), "--backend", "cuda", "--model-name", MODEL_NAME],
+            {"checkpoint": str(folder), "backend": "cuda", "model_names": (MODEL_NAME,)})
 START_TIMEOUT_S = 150.0  # generous: CI machines with 2 busy cores load slowly
 SLOW_DELAY_S = 1.5
 LOAD_DELAY_S = 4.0
@@ -40,7 +80,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, name: str, tmp: Path, args: list[str], env: dict[str, str] | None = None):
+    def __init__(self, name: str, tmp: Path, target: list[str], args: list[str], env: dict[str, str] | None = None):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,7 +91,7 @@ class ServerProcess:
             if key not in (env or {}):
                 full_env.pop(key, None)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "server", "--demo", "--host", "127.0.0.1",
+        self.proc = subprocess.Popen([sys.executable, "-m", "server", *target, "--host", "127.0.0.1",
                                       "--port", str(self.port), *args],
                                      cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT)
         self.first_answers: dict[str, httpx.Response] = {}

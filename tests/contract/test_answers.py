@@ -10,16 +10,16 @@ import math
 
 import pytest
 import zstandard
-from contract_harness import STANDARD, post_raw
+from contract_harness import MODEL_NAME, STANDARD, post_raw
 
 from server.loading import load
 from server.settings import Settings
 
 
 @pytest.fixture(scope="session")
-def local_engine():
-    """The same demo checkpoint and engine, in this process: the ground truth for the server's answers."""
-    return load(Settings(demo=True, backend="reference")).engine
+def local_engine(target_settings):
+    """The same checkpoint and backend, in this process: the ground truth for the server's answers."""
+    return load(Settings(**target_settings)).engine
 
 
 def decide(client, body):
@@ -37,7 +37,7 @@ def check_probabilities(probs: dict, keys) -> None:
 def test_each_question_type_has_its_answer_fields(client, main_server):
     body = decide(client, STANDARD)
     assert set(body) == {"model", "answers", "usage", "latency_ms"}
-    assert body["model"] == "startlux-native-demo-tiny-random"  # the server's own name, not the request's alias
+    assert body["model"] == MODEL_NAME  # the server's own name, not the request's alias
     assert list(body["answers"]) == ["team", "urgent", "severity"]
     team, urgent, severity = (body["answers"][k] for k in ("team", "urgent", "severity"))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 import zstandard
-from contract_harness import STANDARD
+from contract_harness import DEMO, MODEL_NAME, STANDARD
 from typesafe_sdk import (
     Choice,
     Noul,
@@ -78,9 +78,9 @@ def test_sdk_zstd_compressed_body_gets_the_same_answers(client, main_server, mon
 def test_sdk_lists_the_model(main_server):
     with sdk(main_server.url) as c:
         listed = c.models.list()
-    assert [m.name for m in listed.models] == ["startlux-native-demo-tiny-random"]
+    assert [m.name for m in listed.models] == [MODEL_NAME]
     assert "CC BY-NC 4.0" in listed.models[0].description
-    assert "meaningless" in listed.models[0].description
+    assert ("meaningless" in listed.models[0].description) == DEMO
     assert listed.models[0].release_date == "2026-10-10"
 
 
