@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU check (H200): build, ABI + kernel tests, compute-sanitizer memcheck of attention and GDN, whole-model
-# parity. Run from anywhere:  OUT=<log folder> scripts/gpu_check.sh   (default OUT: ./gpu_check_out)
+# parity, and the HTTP contract suite on the CUDA backend.
+# Run from anywhere:  OUT=<log folder> scripts/gpu_check.sh   (default OUT: ./gpu_check_out)
 # Logs: $OUT/{env.txt,build.log,pytest_kernels.log,sanitizer.log,pytest_model.log,junit_*.xml,summary.txt}.
 # Budget: < 9 minutes in all (each step has its own time limit; the model tests get what is left).
 set -uo pipefail
@@ -95,7 +96,13 @@ fi
 
 # ---- whole model: tiny vs numpy, 4B shape vs transformers and numpy (gets the rest of the budget)
 if [ $build_ok = 1 ]; then
-  pytest_step model "$(limit 600 0)" -s -v tests/gpu/test_model.py  # -s: numbers stream to the log live
+  pytest_step model "$(limit 600 120)" -s -v tests/gpu/test_model.py  # -s: numbers stream to the log live
+fi
+
+# ---- the HTTP contract suite against real server processes on the CUDA backend (the library is present)
+if [ $build_ok = 1 ]; then
+  export CS1_CONTRACT_BACKEND=cuda
+  pytest_step contract "$(limit 200 0)" tests/contract
 fi
 
 # ---- summary
