@@ -90,8 +90,8 @@ int cs1_graph_launch(void *graph_exec, void *stream);
 int cs1_graph_destroy(void *graph_exec);
 
 /* ---- embedding and norms ----------------------------------------------------------------------------- */
-/* out[t, :] = table[ids[t], :]; ids outside [0, vocab) are an error reported as CS1_ERR_SHAPE by the host
- * check only when checkable; the kernel clamps them to row 0 so a bad id never reads out of bounds. */
+/* out[t, :] = table[ids[t], :]. ids live on the device and are not checked here (the caller validates them);
+ * the kernel clamps an id outside [0, vocab) to row 0, so a bad id never reads out of bounds. */
 int cs1_embed(const int32_t *ids, const void *table, void *out, int64_t T, int64_t D, int64_t vocab,
               void *stream);
 /* zero-centred RMSNorm: out = bf16( x * rsqrt(mean(x^2) + eps) * (1 + w) ), fp32 inside, w bf16 [D] */
@@ -99,7 +99,7 @@ int cs1_rms_norm(const void *x, const void *w, void *out, int64_t rows, int64_t 
 /* residual <- bf16(residual + delta) in place, then out = RMSNorm(1+w) of the rounded residual */
 int cs1_add_rms_norm(void *residual, const void *delta, const void *w, void *out, int64_t rows, int64_t D,
                      float eps, void *stream);
-/* Qwen3_5RMSNormGated over GDN output x [T, H, D] (D = 128), z in rows of ldz (head h at z + h*D):
+/* Qwen3_5RMSNormGated over GDN output x [T, H, D] (D = 64, 128 or 256), z in rows of ldz (head h at z + h*D):
  * n = bf16(x * rsqrt(mean(x^2) + eps)); n' = w * n (rounded to bf16 when round_weighted != 0, i.e. the
  * weight was loaded in bf16); out = bf16(n' * silu(z_f32)). w is fp32 [D]. */
 int cs1_gated_rms_norm(const void *x, const void *z, int64_t ldz, const float *w, int32_t round_weighted,
@@ -158,6 +158,7 @@ int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows);
 int cs1_silu_mul(const void *gate_up, int64_t ld, void *out, int64_t T, int64_t I, void *stream);
 
 /* ---- GEMM (cuBLASLt, bf16 in/out, fp32 compute) ------------------------------------------------------- */
+/* a handle owns one cuBLASLt workspace: use it from one stream at a time */
 int cs1_gemm_create(size_t workspace_bytes, void **gemm);
 int cs1_gemm_destroy(void *gemm);
 /* y[M, N] (row stride ldy) = x[M, K] (row stride ldx) * w[N, K]^T (w contiguous, nn.Linear layout).

@@ -26,8 +26,7 @@
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes;
 //      writes each chunk's entry state S0 and overwrites U with Delta.
 //   4. gdn_out_mma_kernel  (chunk, head): O from S0 and Delta; also writes zeros into padding rows.
-// Building with -DCS1_GDN_FP32_KERNELS=1 swaps 2-4 for the previous all-fp32 CUDA-core kernels (same workspace), for
-// A/B timing and as a fallback.
+// (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
 //
 // Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
 // slot index b = chunk * H + head:
@@ -198,375 +197,6 @@ __global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int
     }
 }
 
-#if CS1_GDN_FP32_KERNELS  // the previous all-fp32 CUDA-core prep, walk and output kernels, for A/B timing
-
-constexpr size_t kPrepSmem = (2 * kC * kLdF + kC * kLdL + 3 * kC) * sizeof(float);
-constexpr size_t kWalkSmem = (2 * kC * kD + kD * kSlab + kC * kSlab + kC) * sizeof(float);
-constexpr size_t kOutSmem = (2 * kC * kLdF + kC * kLdL + kC) * sizeof(float);
-
-// Load 64 rows x 128 bf16 (row stride ld, rows >= len as zeros) into an fp32 smem tile of stride kLdF.
-__device__ void load_rows(const bf16 *src, int64_t ld, int len, float *dst) {
-    for (int v = threadIdx.x; v < kC * kD / 8; v += blockDim.x) {
-        const int i = v / (kD / 8), c8 = (v % (kD / 8)) * 8;
-        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (i < len) unpack8(*reinterpret_cast<const Pack8 *>(src + int64_t(i) * ld + c8), f);
-        float4 *d = reinterpret_cast<float4 *>(dst + i * kLdF + c8);
-        d[0] = make_float4(f[0], f[1], f[2], f[3]);
-        d[1] = make_float4(f[4], f[5], f[6], f[7]);
-    }
-}
-
-// Each warp takes 8 of the 64 rows: 1 / sqrt(sum x^2 + eps) per row, stored in inv[i].
-__device__ void row_inv_norms(const float *tile, float *inv) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int i = warp; i < kC; i += kThreads / 32) {
-        const float4 x = *reinterpret_cast<const float4 *>(tile + i * kLdF + lane * 4);
-        const float ss = warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
-        if (lane == 0) inv[i] = 1.0f / sqrtf(ss + kNormEps);
-    }
-}
-
-// acc[r][s] = A[i0 + r, :] . B[j0 + 16 s, :] over 128 columns (fp32 tiles of stride kLdF); with i0 = (tid / 16) * 4
-// and j0 = tid % 16, 256 threads cover 64x64 (B rows strided by 16 so the 16-byte smem reads avoid bank conflicts).
-__device__ __forceinline__ void gram_tile(const float *A, const float *B, int i0, int j0, float acc[4][4]) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int s = 0; s < 4; ++s) acc[r][s] = 0.0f;
-#pragma unroll 4
-    for (int k = 0; k < kD; k += 4) {
-        float4 a[4], b[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[r] = *reinterpret_cast<const float4 *>(A + (i0 + r) * kLdF + k);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) b[s] = *reinterpret_cast<const float4 *>(B + (j0 + 16 * s) * kLdF + k);
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                acc[r][s] = fmaf(a[r].x, b[s].x, acc[r][s]);
-                acc[r][s] = fmaf(a[r].y, b[s].y, acc[r][s]);
-                acc[r][s] = fmaf(a[r].z, b[s].z, acc[r][s]);
-                acc[r][s] = fmaf(a[r].w, b[s].w, acc[r][s]);
-            }
-    }
-}
-
-// ---- prefill: 2. prep ---------------------------------------------------------------------------------------------
-
-__global__ void __launch_bounds__(kThreads) gdn_prep_fp32_kernel(const bf16 *__restrict__ qkv, int64_t ld,
-                                                            const float *__restrict__ g,
-                                                            const float *__restrict__ beta, int n_seqs, int H, int HK,
-                                                            unsigned char *__restrict__ ws, Layout lay) {
-    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
-                                     reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
-    if (ck.len == 0) return;
-    const int hk = h / (H / HK);
-    const size_t slot = size_t(c) * H + h;
-
-    extern __shared__ __align__(16) float smem[];
-    float *sK = smem;                // [64][kLdF] k, then k^
-    float *sV = sK + kC * kLdF;      // [64][kLdF] v
-    float *sL = sV + kC * kLdF;      // [64][kLdL] L
-    float *sGam = sL + kC * kLdL;    // [64] Gam
-    float *sBeta = sGam + kC;        // [64] beta
-    float *sBetaE = sBeta + kC;      // [64] beta e^Gam; first 1/|k|
-
-    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
-    load_rows(rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len, sK);
-    load_rows(rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len, sV);
-    if (tid < kC) {
-        const bool ok = tid < ck.len;
-        sGam[tid] = ok ? g[int64_t(ck.row0 + tid) * H + h] : 0.0f;
-        sBeta[tid] = ok ? beta[int64_t(ck.row0 + tid) * H + h] : 0.0f;
-    }
-    __syncthreads();
-    row_inv_norms(sK, sBetaE);
-    if (tid < 32) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
-        float lo = sGam[tid], hi = sGam[32 + tid];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float a = __shfl_up_sync(0xffffffffu, lo, o), b = __shfl_up_sync(0xffffffffu, hi, o);
-            if (tid >= o) { lo += a; hi += b; }
-        }
-        hi += __shfl_sync(0xffffffffu, lo, 31);
-        sGam[tid] = lo;
-        sGam[32 + tid] = hi;
-    }
-    __syncthreads();
-    float *gam_out = reinterpret_cast<float *>(ws + lay.gam) + slot * kC;
-    float *rk_out = reinterpret_cast<float *>(ws + lay.rk) + slot * kC;
-    for (int e = tid; e < kC * kD; e += kThreads) sK[(e / kD) * kLdF + e % kD] *= sBetaE[e / kD];
-    if (tid < kC) {
-        gam_out[tid] = sGam[tid];
-        rk_out[tid] = sBetaE[tid];
-    }
-    __syncthreads();
-    if (tid < kC) sBetaE[tid] = sBeta[tid] * expf(sGam[tid]);
-
-    {  // L = strictly lower (beta_i k^_i.k^_j exp(Gam_i - Gam_j)); 4x4 tile per thread
-        const int i0 = (tid / 16) * 4, j0 = tid % 16;
-        float acc[4][4];
-        gram_tile(sK, sK, i0, j0, acc);
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int i = i0 + r, j = j0 + 16 * s;
-                sL[i * kLdL + j] = j < i ? sBeta[i] * acc[r][s] * expf(sGam[i] - sGam[j]) : 0.0f;
-            }
-    }
-    __syncthreads();
-
-    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W (rhs beta e^Gam k^).
-    // x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers.
-    const int col = tid & (kD - 1);
-    const bool is_w = tid >= kD;
-    const float *rhs = is_w ? sK : sV;
-    const float *coef = is_w ? sBetaE : sBeta;
-    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
-    float x[kC];
-#pragma unroll
-    for (int i = 0; i < kC; ++i) {
-        float acc = coef[i] * rhs[i * kLdF + col];
-#pragma unroll
-        for (int j = 0; j < i; ++j) acc = fmaf(-sL[i * kLdL + j], x[j], acc);
-        x[i] = acc;
-        dst[i * kD] = acc;
-    }
-}
-
-// ---- prefill: 3. state walk ---------------------------------------------------------------------------------------
-
-__global__ void __launch_bounds__(kThreads) gdn_walk_fp32_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H, int HK,
-                                                            unsigned char *__restrict__ ws, Layout lay) {
-    const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
-    const int32_t *chunk_off = reinterpret_cast<const int32_t *>(ws + lay.chunk_off);
-    const int c_begin = chunk_off[s], c_end = chunk_off[s + 1], row_begin = seq_start[s], row_end = seq_start[s + 1];
-    if (c_begin >= c_end) return;
-    const int hk = h / (H / HK);
-
-    extern __shared__ __align__(16) float smem[];
-    float *sW = smem;               // [64][128] W
-    float *sKd = sW + kC * kD;      // [64][128] k^_i e^{Gam_63 - Gam_i}
-    float *sS = sKd + kC * kD;      // [128][32] state slab S0
-    float *sDelta = sS + kD * kSlab;  // [64][32]
-    float *sGam = sDelta + kC * kSlab;  // [64]
-
-    float st[16];  // S[warp * 16 + r][v0 + lane]
-#pragma unroll
-    for (int r = 0; r < 16; ++r) st[r] = 0.0f;
-    for (int e = tid; e < kD * kSlab; e += kThreads) sS[e] = 0.0f;
-
-    for (int c = c_begin; c < c_end; ++c) {
-        const size_t slot = size_t(c) * H + h;
-        const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
-        float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD;
-#pragma unroll
-        for (int r = 0; r < 16; ++r) s0[(warp * 16 + r) * kD + v0 + lane] = st[r];
-        const float4 *wsrc = reinterpret_cast<const float4 *>(ws + lay.w) + slot * (kC * kD / 4);
-        for (int e = tid; e < kC * kD / 4; e += kThreads) reinterpret_cast<float4 *>(sW)[e] = wsrc[e];
-        if (tid < kC) sGam[tid] = reinterpret_cast<const float *>(ws + lay.gam)[slot * kC + tid];
-        __syncthreads();
-        const float gam_last = sGam[kC - 1];
-        {
-            const float *rk = reinterpret_cast<const float *>(ws + lay.rk) + slot * kC;
-            const bf16 *krows = qkv + int64_t(row0) * ld + int64_t(HK) * kD + int64_t(hk) * kD;
-            for (int e = tid; e < kC * kD / 8; e += kThreads) {
-                const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
-                float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                if (i < len) {
-                    unpack8(*reinterpret_cast<const Pack8 *>(krows + int64_t(i) * ld + c8), f);
-                    const float scale = rk[i], decay = expf(gam_last - sGam[i]);
-#pragma unroll
-                    for (int q = 0; q < 8; ++q) f[q] = (f[q] * scale) * decay;
-                }
-#pragma unroll
-                for (int q = 0; q < 8; ++q) sKd[i * kD + c8 + q] = f[q];
-            }
-        }
-        // Delta[i][v] = U[i][v] - sum_k W[i][k] S0[k][v]; warp takes rows warp*8.., lane is the column
-        float* udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD;
-        {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll 2
-            for (int k = 0; k < kD; k += 4) {
-                const float sv0 = sS[(k + 0) * kSlab + lane], sv1 = sS[(k + 1) * kSlab + lane];
-                const float sv2 = sS[(k + 2) * kSlab + lane], sv3 = sS[(k + 3) * kSlab + lane];
-#pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    const float4 wv = *reinterpret_cast<const float4 *>(sW + (warp * 8 + r) * kD + k);
-                    acc[r] = fmaf(wv.x, sv0, acc[r]);
-                    acc[r] = fmaf(wv.y, sv1, acc[r]);
-                    acc[r] = fmaf(wv.z, sv2, acc[r]);
-                    acc[r] = fmaf(wv.w, sv3, acc[r]);
-                }
-            }
-            __syncthreads();  // sKd complete (written above) before the update reads it
-#pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                const int i = warp * 8 + r;
-                const float d = udelta[i * kD + v0 + lane] - acc[r];
-                udelta[i * kD + v0 + lane] = d;
-                sDelta[i * kSlab + lane] = d;
-            }
-        }
-        __syncthreads();
-        // S[k][v] = e^{Gam_63} S[k][v] + sum_i Kd[i][k] Delta[i][v]; warp takes rows warp*16..
-        {
-            const float e_last = expf(gam_last);
-            float acc[16];
-#pragma unroll
-            for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
-#pragma unroll 2
-            for (int i = 0; i < kC; ++i) {
-                const float d = sDelta[i * kSlab + lane];
-#pragma unroll
-                for (int r = 0; r < 16; r += 4) {
-                    const float4 kv = *reinterpret_cast<const float4 *>(sKd + i * kD + warp * 16 + r);
-                    acc[r + 0] = fmaf(kv.x, d, acc[r + 0]);
-                    acc[r + 1] = fmaf(kv.y, d, acc[r + 1]);
-                    acc[r + 2] = fmaf(kv.z, d, acc[r + 2]);
-                    acc[r + 3] = fmaf(kv.w, d, acc[r + 3]);
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 16; ++r) {
-                st[r] = fmaf(e_last, st[r], acc[r]);
-                sS[(warp * 16 + r) * kSlab + lane] = st[r];  // sS reads of this chunk ended before the last sync
-            }
-        }
-        __syncthreads();  // sS, sW, sKd, sGam free for the next chunk
-    }
-}
-
-// ---- prefill: 4. output -------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ void fma_row4(float a, const float4 &b, float acc[4]) {
-    acc[0] = fmaf(a, b.x, acc[0]);
-    acc[1] = fmaf(a, b.y, acc[1]);
-    acc[2] = fmaf(a, b.z, acc[2]);
-    acc[3] = fmaf(a, b.w, acc[3]);
-}
-
-// acc[8][4] += A[i0.., a_col0 + k] * B[k, j0..j0+3] for k < kn (A stride lda, B stride kLdF), 8 rows per warp.
-__device__ __forceinline__ void rows8_tile(const float *A, int lda, int a_col0, const float *B, int kn, int i0,
-                                           int j0, float acc[8][4]) {
-#pragma unroll 2
-    for (int k = 0; k < kn; k += 4) {
-        float4 b[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) b[q] = *reinterpret_cast<const float4 *>(B + (k + q) * kLdF + j0);
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            const float4 a = *reinterpret_cast<const float4 *>(A + (i0 + r) * lda + a_col0 + k);
-            fma_row4(a.x, b[0], acc[r]);
-            fma_row4(a.y, b[1], acc[r]);
-            fma_row4(a.z, b[2], acc[r]);
-            fma_row4(a.w, b[3], acc[r]);
-        }
-    }
-}
-
-// Load 64 rows x 128 fp32 (row stride 128) into a smem tile of stride kLdF.
-__device__ void load_f32_rows(const float *src, float *dst) {
-    for (int e = threadIdx.x; e < kC * kD / 4; e += blockDim.x) {
-        const int i = e / (kD / 4), c4 = (e % (kD / 4)) * 4;
-        *reinterpret_cast<float4 *>(dst + i * kLdF + c4) = reinterpret_cast<const float4 *>(src)[e];
-    }
-}
-
-__global__ void __launch_bounds__(kThreads, 2) gdn_out_fp32_kernel(const bf16 *__restrict__ qkv, int64_t ld, int n_seqs,
-                                                           int T, int H, int HK, float scale,
-                                                           unsigned char *__restrict__ ws, Layout lay,
-                                                           bf16 *__restrict__ o) {
-    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
-    {  // padding rows of the flat 64-row window c (rows outside every prompt) get zeros
-        const int first = seq_start[0], end = seq_start[n_seqs];
-        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
-            const int64_t t = int64_t(c) * kC + e / (kD / 4);
-            if (t < T && (t < first || t >= end))
-                *reinterpret_cast<uint2 *>(o + (t * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
-        }
-    }
-    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
-    if (ck.len == 0) return;
-    const int hk = h / (H / HK);
-    const size_t slot = size_t(c) * H + h;
-
-    extern __shared__ __align__(16) float smem[];
-    float *sQ = smem;              // [64][kLdF] q~
-    float *sB = sQ + kC * kLdF;    // [64][kLdF] k^, then S0 halves, then Delta
-    float *sP = sB + kC * kLdF;    // [64][kLdL] P = (Q~ K^T) .* D
-    float *sGam = sP + kC * kLdL;  // [64]; first 1/|q|
-
-    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
-    const float *gam = reinterpret_cast<const float *>(ws + lay.gam) + slot * kC;
-    const float *rk = reinterpret_cast<const float *>(ws + lay.rk) + slot * kC;
-    load_rows(rows + int64_t(hk) * kD, ld, ck.len, sQ);
-    load_rows(rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len, sB);
-    __syncthreads();
-    row_inv_norms(sQ, sGam);
-    __syncthreads();
-    for (int e = tid; e < kC * kD; e += kThreads) {
-        const int i = e / kD, j = e % kD;
-        sQ[i * kLdF + j] = (sQ[i * kLdF + j] * sGam[i]) * scale;
-        sB[i * kLdF + j] *= rk[i];
-    }
-    __syncthreads();
-    if (tid < kC) sGam[tid] = gam[tid];
-    __syncthreads();
-    {
-        const int i0 = (tid / 16) * 4, j0 = tid % 16;
-        float acc[4][4];
-        gram_tile(sQ, sB, i0, j0, acc);
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int i = i0 + r, j = j0 + 16 * s;
-                sP[i * kLdL + j] = j <= i ? acc[r][s] * expf(sGam[i] - sGam[j]) : 0.0f;
-            }
-    }
-    // O = diag(e^Gam) Q~ S0 + P Delta; warp takes rows warp*8.., lane the columns lane*4..
-    const int i0 = warp * 8, j0 = lane * 4;
-    float acc[8][4];
-#pragma unroll
-    for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-    const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
-    for (int half = 0; half < 2; ++half) {
-        __syncthreads();  // sB free (gram reads / previous half)
-        load_f32_rows(s0 + half * kC * kD, sB);
-        __syncthreads();
-        rows8_tile(sQ, kLdF, half * kC, sB, kC, i0, j0, acc);
-    }
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-        const float e = expf(sGam[i0 + r]);
-        acc[r][0] *= e; acc[r][1] *= e; acc[r][2] *= e; acc[r][3] *= e;
-    }
-    __syncthreads();
-    load_f32_rows(reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, sB);
-    __syncthreads();
-    rows8_tile(sP, kLdL, 0, sB, kC, i0, j0, acc);
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-        const int i = i0 + r;
-        if (i >= ck.len) continue;
-        uint2 packed;
-        packed.x = uint32_t(__bfloat16_as_ushort(f2bf(acc[r][0]))) |
-                   (uint32_t(__bfloat16_as_ushort(f2bf(acc[r][1]))) << 16);
-        packed.y = uint32_t(__bfloat16_as_ushort(f2bf(acc[r][2]))) |
-                   (uint32_t(__bfloat16_as_ushort(f2bf(acc[r][3]))) << 16);
-        *reinterpret_cast<uint2 *>(o + (int64_t(ck.row0 + i) * H + h) * kD + j0) = packed;
-    }
-}
-
-#else  // the tensor-core prep, walk and output kernels
 
 // ---- prefill: 2, 3, 4 on tensor cores ---------------------------------------------------------------------------
 //
@@ -1028,7 +658,6 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     }
 }
 
-#endif  // CS1_GDN_FP32_KERNELS
 
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call) and pick
 // the walk's buffer count from the device's shared memory per block. *walk_bufs: 1 or 2.
@@ -1042,11 +671,6 @@ int configure_device(int *walk_bufs) {
         *walk_bufs = bufs[dev].load(std::memory_order_relaxed);
         return 0;
     }
-#if CS1_GDN_FP32_KERNELS
-    CS1_CUDA(cudaFuncSetAttribute(gdn_prep_fp32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPrepSmem)));
-    CS1_CUDA(cudaFuncSetAttribute(gdn_walk_fp32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWalkSmem)));
-    CS1_CUDA(cudaFuncSetAttribute(gdn_out_fp32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutSmem)));
-#else
     CS1_CUDA(cudaFuncSetAttribute(gdn_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(kPrepMmaSmem)));
     int optin = 0;
@@ -1059,7 +683,6 @@ int configure_device(int *walk_bufs) {
         CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(walk_mma_smem(1))));
     CS1_CUDA(cudaFuncSetAttribute(gdn_out_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutMmaSmem)));
-#endif
     if (cached) {
         bufs[dev].store(*walk_bufs, std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
@@ -1158,23 +781,18 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     const auto *x = static_cast<const bf16 *>(qkv);
     gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T), reinterpret_cast<int32_t *>(ws + lay.seq_start),
                                       reinterpret_cast<int32_t *>(ws + lay.chunk_off));
+    CS1_CUDA(cudaGetLastError());
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-#if CS1_GDN_FP32_KERNELS
-    gdn_prep_fp32_kernel<<<chunk_grid, kThreads, kPrepSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws,
-                                                                 lay);
-    if (n_seqs > 0) gdn_walk_fp32_kernel<<<walk_grid, kThreads, kWalkSmem, s>>>(x, ld, int(H), int(HK), ws, lay);
-    gdn_out_fp32_kernel<<<chunk_grid, kThreads, kOutSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale, ws,
-                                                               lay, static_cast<bf16 *>(o));
-#else
     gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws,
                                                                    lay);
+    CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
     if (n_seqs > 0 && walk_bufs == 2)
         gdn_walk_mma_kernel<2><<<walk_grid, kThreads, walk_mma_smem(2), s>>>(x, ld, int(H), int(HK), ws, lay);
     else if (n_seqs > 0)
         gdn_walk_mma_kernel<1><<<walk_grid, kThreads, walk_mma_smem(1), s>>>(x, ld, int(H), int(HK), ws, lay);
+    CS1_CUDA(cudaGetLastError());
     gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale,
                                                                  ws, lay, static_cast<bf16 *>(o));
-#endif
     CS1_LAUNCHED();
 }

@@ -49,9 +49,10 @@ def f32(p):
 
 Hq, Hk, Dh, H, HK = 16, 4, 256, 32, 16
 for T in [int(a) for a in sys.argv[1:]]:
-    lens = [T // 2 + 1, T // 3, T - (T // 2 + 1) - T // 3]
+    pad = 37 if T > 200 else 0  # trailing padding rows: the kernels' padding paths run under the sanitizer too
+    lens = [T // 2 + 1, T // 3, T - (T // 2 + 1) - T // 3 - pad]
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    pos = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
+    pos = np.concatenate([np.arange(n) for n in lens] + [np.zeros(pad)]).astype(np.int32)
     d_cu, d_pos = i32(up(cu)), i32(up(pos))
     ld_a = (2 * Hq + 2 * Hk) * Dh
     qkv = up(rb(T, ld_a))

@@ -71,7 +71,7 @@ async def systemone(request: Request) -> Response:
     else:
         obj = _decode_and_parse(bytes(raw), encoding, limit)
     t2 = time.perf_counter()
-    schema.validate_request(obj)
+    schema.validate_request(obj, rt.settings.max_questions)
     t3 = time.perf_counter()
     ctx["questions"] = len(obj["questions"])
     answers, usage, queue_s, gpu_s = await rt.decide(obj["state"], obj["questions"], ctx)

@@ -217,16 +217,21 @@ def _sentence(err: dict, path: tuple, question) -> tuple[str, str, str]:
     return f"{field}: {msg}", msg, kind
 
 
-def validate_request(obj) -> SystemOneRequest:
-    """Validate a parsed body. Raises HttpError (400 for the body/questions shape, 422 for the rest)."""
+def validate_request(obj, max_questions: int | None = None) -> SystemOneRequest:
+    """Validate a parsed body. Raises HttpError (400 for the body/questions shape, 422 for the rest).
+    The question count is checked first, so a body of many questions costs no validation work."""
     if not isinstance(obj, dict):
         raise HttpError(400, "body must be a JSON object", type="type_error")
+    questions = obj.get("questions")
+    if max_questions is not None and isinstance(questions, dict) and len(questions) > max_questions:
+        msg = f"{len(questions)} questions, over the limit of {max_questions}"
+        raise HttpError(422, msg, loc=("body", "questions"), type="too_long")
     try:
         return SystemOneRequest.model_validate(obj)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-    questions = obj.get("questions")
     detail, sentences, status = [], [], 422
+    position = {qid: i for i, qid in enumerate(questions)} if isinstance(questions, dict) else {}
     for err in errors:
         path = _path(err["loc"])
         if path == ("questions",):
@@ -236,7 +241,7 @@ def validate_request(obj) -> SystemOneRequest:
             q = questions.get(path[1]) if len(path) >= 2 and path[0] == "questions" else None
             sentence, msg, kind = _sentence(err, path, q)
         detail.append({"loc": ["body", *path], "msg": msg, "type": kind})
-        order = list(questions).index(path[1]) if len(path) >= 2 and path[0] == "questions" else -1
+        order = position.get(path[1], -1) if len(path) >= 2 and path[0] == "questions" else -1
         sentences.append(((path != ("questions",), order, kind != "extra_forbidden"), sentence))
     # The questions-shape 400 wins; then top-level fields; then the first failing question in request order, where
     # an unknown member (often an alias such as `options`) explains more than the missing field it stands for.

@@ -26,7 +26,9 @@ class Cs1Error(RuntimeError):
     @property
     def sticky(self) -> bool:
         """CUDA errors that leave the context unusable (illegal/misaligned address, launch failure, ...)."""
-        return self.status in (700, 701, 702, 704, 709, 710, 712, 713, 714, 715, 716, 717, 718, 719, 720, 999)
+        # illegal/misaligned address, launch timeout/failure, hardware and ECC/NVLink errors, unknown:
+        # the context is corrupt (CUDA runtime docs); out-of-resources, peer and capture errors are not
+        return self.status in (214, 220, 226, 700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 999)
 
 
 @cache
@@ -79,7 +81,6 @@ class Library:
             raise RuntimeError(f"{self.path} has ABI version {have}, this package needs {need}; "
                                "rebuild it with ./build.sh")
         self._int_functions = set(re.findall(r"\bint\s+(cs1_\w+)\s*\(", cdef_source()))
-        self._wrappers: dict[str, object] = {}
 
     def error_string(self, status: int) -> str:
         return self.ffi.string(self.raw.cs1_error_string(status)).decode("utf-8", "replace")

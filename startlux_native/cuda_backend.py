@@ -386,8 +386,9 @@ class CudaBackend:
         T, n = self._prepare(arrays)
         key = (T, n, self.attention_mode)
         try:
-            graph = self._graphs.get(key) if use_graph else None
+            graph = self._graphs.pop(key, None) if use_graph else None
             if graph is not None:
+                self._graphs[key] = graph  # most recently used last: eviction takes the least recently used
                 self._call("cs1_graph_launch", graph, self.stream)
                 self.graph_replays += 1
             else:
@@ -416,6 +417,8 @@ class CudaBackend:
             finally:
                 self.lib.cs1_graph_end(self.stream, exec_)
         except abi.Cs1Error as exc:
+            if exec_[0] != self.ffi.NULL:  # the capture ended but an op failed inside it: never launch that graph
+                self.lib.raw.cs1_graph_destroy(exec_[0])
             if exc.sticky:
                 raise
             self._drop_graphs(f"capture failed: {exc}")

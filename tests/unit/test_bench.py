@@ -303,8 +303,6 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
-    if not (ROOT / "server" / "__main__.py").exists():
-        pytest.skip("server/__main__.py is not there yet (python -m server --demo)")
     import httpx
 
     port = free_port()

@@ -263,7 +263,6 @@ def test_tokenizer_required_by_default(tiny_checkpoint_dir):
 
 
 def test_tiny_checkpoint_with_real_tokenizer(tmp_path):
-    pytest.importorskip("startlux_native.tokenizer")
     folder = make_tiny_checkpoint(tmp_path / "tok", vocab_size=248320)
     ck = load_checkpoint(folder)
     assert ck.tokenizer_path == folder / "tokenizer.json" and ck.tokenizer_path.stat().st_size > 1_000_000

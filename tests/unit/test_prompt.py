@@ -377,7 +377,8 @@ def test_bad_option_id(oid, reason):
 
 
 def test_longest_allowed_id_and_inner_spaces_are_fine():
-    render(choice({"x" * 200: None, " padded id ": None}))
+    text = render(choice({"x" * 200: None, " padded id ": None}))
+    assert "\nA) " + "x" * 200 + "\n" in text and "\nB)  padded id<|im_end|>" in text  # the template trims the end
 
 
 def test_duplicate_option_id():

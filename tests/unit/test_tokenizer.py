@@ -436,7 +436,7 @@ def test_cli(tmp_path, tok_path, capsys):
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC231 = ROOT / "benchmarks" / "manifests" / "public231.jsonl"
-TYPED_DECISIONS = Path("/work/shared/data/typed_decisions/test.jsonl")
+TYPED_DECISIONS = ROOT.parent / "shared" / "data" / "typed_decisions" / "test.jsonl"  # ../shared beside the checkout
 
 
 def rendered_parts(requests) -> list[tuple[str, str]]:
