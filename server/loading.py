@@ -100,9 +100,9 @@ def load(settings: Settings) -> Loaded:
         bar.update(1)
         return now
 
+    from startlux_native import chat_template, prompt, tokenizer
     from startlux_native import checkpoint as ckpt_mod
     from startlux_native import engine as engine_mod
-    from startlux_native import prompt, tokenizer
 
     t = time.perf_counter()
     folder = demo_checkpoint() if settings.demo else Path(settings.checkpoint)
@@ -112,6 +112,8 @@ def load(settings: Settings) -> Loaded:
     t = stage("checkpoint", t)
     tok = tokenizer.DecisionTokenizer.from_file(ckpt.tokenizer_path)
     tok.check(ckpt.decision_config.letter_token_ids, prompt.probe_prompt())
+    template = chat_template.check(folder)  # refuses a checkpoint template that renders otherwise (§4)
+    log.info("chat template: %s", template)
     t = stage("tokenizer-check", t)
     request_tokens = settings.max_request_tokens
     if BACKEND_OVERRIDE is not None:
@@ -157,4 +159,4 @@ def load(settings: Settings) -> Loaded:
     return Loaded(engine, ckpt, names, settings.demo, time.perf_counter() - t0, stages,
                   {"warm_up": {"input_tokens": usage["input_tokens"]},
                    "request": {"input_tokens": usage2["input_tokens"], "questions": len(answers2)},
-                   "graphs": graphs, "passed": True})
+                   "graphs": graphs, "chat_template": template, "passed": True})
