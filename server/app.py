@@ -124,8 +124,15 @@ async def models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     rt: Runtime = request.app.state.runtime
+    if rt.loaded and getattr(request.app.state, "backend_info", None) is None:
+        request.app.state.backend_info = rt.loaded.engine.backend.describe()  # once: it does not change after load
+    backend = getattr(request.app.state, "backend_info", None) or {}
+    graphs = backend.get("graphs")
     body = {"status": "ok" if rt.state != FAILED else "failed", "state": rt.state,
             "model": rt.loaded.names[0] if rt.loaded else None, "backend": rt.settings.backend,
+            "accelerator": (backend.get("device") or {}).get("compute_capability") and "cuda",
+            "fast_kernels": rt.settings.backend == "cuda", "graphs": graphs,
+            "cuda_graphs": bool(graphs and graphs.startswith("enabled")),
             "images": False, "max_length": rt.settings.max_prompt_tokens}
     return json_response(body, 503 if rt.state == FAILED else 200)
 
