@@ -9,18 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from startlux_native import prompt
+from startlux_native import engine, prompt
 from startlux_native.errors import RequestRefused
 
-TICKET = {"ticket": "I was charged twice for order #4411 and the app still shows it as unpaid."}
-TICKET_QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": {"billing": "Payments, refunds and invoices", "shipping": "Delivery and tracking",
-                          "technical": "App, login and account problems"}},
-    "urgent": {"type": "noul", "instructions": "Should this ticket be answered today?"},
-    "severity": {"type": "score", "instructions": "How severe is the impact?",
-                 "criteria": ["cosmetic", "annoying", "blocks the customer"]},
-}
+# the spec's support-ticket example (decision-protocol.md §2.4), also the engine's self-test request
+TICKET, TICKET_QUESTIONS = engine.SELF_TEST_STATE, engine.SELF_TEST_QUESTIONS
 
 HEAD = ("<|im_start|>system\nApply the criterion to the evidence. Choose exactly one listed option. Answer with its "
         "letter only.<|im_end|>\n<|im_start|>user\nEvidence:\n{\"ticket\": \"I was charged twice for order #4411 and "
