@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from . import bf16
-from .checkpoint import LM_HEAD, ModelConfig
+from .checkpoint import LM_HEAD, ModelConfig, read_safetensors_header
 
 _BLOCK = 1 << 22  # values generated per block
 # keyword arguments of make_tiny_checkpoint for the exact StartLux/Qwen3.5 4B shape
@@ -229,4 +229,24 @@ def make_tiny_checkpoint(folder: str | Path, *, seed: int = 0, attention_mode_pr
         from .tokenizer import cached_tokenizer_json  # lazy: the tokenizer build is slow and optional here
 
         shutil.copyfile(cached_tokenizer_json(), folder / "tokenizer.json")
+    return folder
+
+
+PROJECTION_MATRICES = ("proj.weight", "proj_qkv.weight", "proj_z.weight", "proj_a.weight", "proj_b.weight")
+
+
+def scale_projection_matrices(folder: str | Path, shift: int = 2) -> Path:
+    """Multiply every projection matrix of a single-file checkpoint by 2**-shift in place (bf16 exponent - shift:
+    exact for normal values). At tiny.py's default scale a random network is chaotic under bf16 rounding; GPU parity
+    tests use the calmer 1/4 scale so real errors are not hidden behind rounding noise."""
+    folder = Path(folder)
+    path = folder / "model.safetensors"
+    mm = np.memmap(path, dtype=np.uint8, mode="r+")
+    for name, e in read_safetensors_header(path).items():
+        if name.endswith(PROJECTION_MATRICES):
+            v = mm[e.begin:e.end].view(np.uint16)
+            assert ((v >> 7) & 0xFF).min() > shift, name
+            v[:] = (v.astype(np.int32) - (shift << 7)).astype(np.uint16)
+    mm.flush()
+    del mm
     return folder

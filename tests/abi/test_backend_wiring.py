@@ -15,31 +15,16 @@ import numpy as np
 import pytest
 
 from startlux_native import abi, bf16
-from startlux_native.checkpoint import load_checkpoint, read_safetensors_header
+from startlux_native.checkpoint import load_checkpoint
 from startlux_native.cuda_backend import CudaBackend
 from startlux_native.reference import ReferenceBackend, attention, gated_delta_rule_chunked
-from startlux_native.tiny import make_tiny_checkpoint
+from startlux_native.tiny import make_tiny_checkpoint, scale_projection_matrices
 
 TINY = dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=256,
             intermediate_size=256, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
             linear_value_head_dim=128, vocab_size=4096)
 LENGTHS = [1, 5, 63, 64, 65, 130]
-MATRICES = ("proj.weight", "proj_qkv.weight", "proj_z.weight", "proj_a.weight", "proj_b.weight")
 NEAR_TIE = 0.01
-
-
-def scale_matrices(folder, shift: int = 2):
-    """Multiply every projection matrix by 2**-shift in place (bf16 exponent - shift: exact for normal values)."""
-    path = folder / "model.safetensors"
-    mm = np.memmap(path, dtype=np.uint8, mode="r+")
-    for name, e in read_safetensors_header(path).items():
-        if name.endswith(MATRICES):
-            v = mm[e.begin:e.end].view(np.uint16)
-            assert ((v >> 7) & 0xFF).min() > shift, name
-            v[:] = (v.astype(np.int32) - (shift << 7)).astype(np.uint16)
-    mm.flush()
-    del mm
-    return folder
 
 
 def rb(x: np.ndarray) -> np.ndarray:
@@ -283,8 +268,8 @@ class FakeLibrary(abi.Library):
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    return scale_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("wiring") / "ckpt", seed=3,
-                                               with_tokenizer=False, with_decision_config=True, **TINY))
+    return scale_projection_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("wiring") / "ckpt", seed=3,
+                                                           with_tokenizer=False, with_decision_config=True, **TINY))
 
 
 def probs(z):

@@ -31,17 +31,16 @@ import time
 import numpy as np
 import pytest
 
-from startlux_native.checkpoint import ModelConfig, load_checkpoint, read_safetensors_header
+from startlux_native.checkpoint import ModelConfig, load_checkpoint
 from startlux_native.cuda_backend import CudaBackend
 from startlux_native.errors import BackendError
 from startlux_native.reference import ReferenceBackend
-from startlux_native.tiny import FOUR_B, make_tiny_checkpoint, tiny_config_json
+from startlux_native.tiny import FOUR_B, make_tiny_checkpoint, scale_projection_matrices, tiny_config_json
 
 MAX_PROB_DIFF = 0.02
 EMBED_STD_4B = 0.05
 NEAR_TIE = 0.01
 MATRIX_SCALE_SHIFT = 2  # projection matrices * 2**-2
-MATRICES = ("proj.weight", "proj_qkv.weight", "proj_z.weight", "proj_a.weight", "proj_b.weight")
 TINY = dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=256,
             intermediate_size=256, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
             linear_value_head_dim=128, vocab_size=4096)
@@ -79,24 +78,10 @@ def random_rows(rng, lengths, vocab):
 
 # ---- tiny checkpoints vs the numpy reference -----------------------------------------------------------------------
 
-def scale_matrices(folder, shift: int = MATRIX_SCALE_SHIFT):
-    """Multiply every projection matrix by 2**-shift in place (bf16 exponent - shift: exact for normal values)."""
-    path = folder / "model.safetensors"
-    mm = np.memmap(path, dtype=np.uint8, mode="r+")
-    for name, e in read_safetensors_header(path).items():
-        if name.endswith(MATRICES):
-            v = mm[e.begin:e.end].view(np.uint16)
-            assert ((v >> 7) & 0xFF).min() > shift, name
-            v[:] = (v.astype(np.int32) - (shift << 7)).astype(np.uint16)
-    mm.flush()
-    del mm
-    return folder
-
-
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    return scale_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", seed=7,
-                                               with_tokenizer=False, with_decision_config=True, **TINY))
+    return scale_projection_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", seed=7,
+                                                           with_tokenizer=False, with_decision_config=True, **TINY))
 
 
 @pytest.mark.parametrize("mode", ["causal", "bidirectional"])
