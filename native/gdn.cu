@@ -1,4 +1,4 @@
-// gdn.cu: gated DeltaNet ops: causal depthwise conv + SiLU, the gates, and the chunked (C = 64) gated delta rule.
+// gdn.cu: the chunked (C = 64) gated delta rule of a gated DeltaNet layer (the conv and the gates: gdn_conv.cu).
 //
 // Math: ../shared/spec/qwen3_5-model.md §6 and §7.1. Per value head h, with state S (d_k x d_v = 128 x 128, fp32,
 // zero at every prompt start), one chunk of rows i = 0..63 entering with S0:
@@ -90,76 +90,6 @@ __device__ ChunkInfo find_chunk(const int32_t *seq_start, const int32_t *chunk_o
     info.row0 = seq_start[lo] + (c - chunk_off[lo]) * kC;
     info.len = min(kC, seq_start[lo + 1] - info.row0);
     return info;
-}
-
-__device__ __forceinline__ void unpack8(const Pack8 &p, float *f) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = bf2f(p.v[e]);
-}
-
-// ---- conv ---------------------------------------------------------------------------------------------------------
-
-// One thread per (row, 8 channels): 16-byte loads of 4 input rows and of the 8x4 weights.
-__global__ void gdn_conv8_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
-                                 const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
-                                 int64_t channels) {
-    const int64_t groups = channels / 8;
-    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * groups;
-         idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = idx / groups, c0 = (idx % groups) * 8;
-        const int pos = positions[t];
-        float wf[32];
-        const Pack8 *wp = reinterpret_cast<const Pack8 *>(w + c0 * 4);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) unpack8(wp[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int64_t src = t - 3 + j;
-            if (pos < 3 - j || src < 0) continue;  // history never crosses a prompt start
-            float x[8];
-            unpack8(*reinterpret_cast<const Pack8 *>(qkv + src * ld + c0), x);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
-        }
-        Pack8 o;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o.v[e] = f2bf(silu_f(acc[e]));
-        *reinterpret_cast<Pack8 *>(out + t * channels + c0) = o;
-    }
-}
-
-// Any alignment: one thread per (row, channel), the same arithmetic in the same order.
-__global__ void gdn_conv1_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
-                                 const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
-                                 int64_t channels) {
-    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * channels;
-         idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = idx / channels, c = idx % channels;
-        const int pos = positions[t];
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int64_t src = t - 3 + j;
-            if (pos < 3 - j || src < 0) continue;
-            acc = fmaf(bf2f(w[c * 4 + j]), bf2f(qkv[src * ld + c]), acc);
-        }
-        out[t * channels + c] = f2bf(silu_f(acc));
-    }
-}
-
-// ---- gates --------------------------------------------------------------------------------------------------------
-
-__global__ void gdn_gates_kernel(const bf16 *__restrict__ ba, int64_t ld, const float *__restrict__ A_log,
-                                 const float *__restrict__ dt_bias, float *__restrict__ beta, float *__restrict__ g,
-                                 int64_t T, int64_t H) {
-    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * H;
-         idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = idx / H, h = idx % H;
-        const float b = bf2f(ba[t * ld + h]), a = bf2f(ba[t * ld + H + h]);
-        beta[idx] = round_bf(sigmoid_f(b));  // transformers computes sigmoid in bf16
-        g[idx] = -expf(A_log[h]) * softplus_f(a + dt_bias[h]);
-    }
 }
 
 // ---- prefill: 1. index --------------------------------------------------------------------------------------------
@@ -690,56 +620,7 @@ int configure_device(int *walk_bufs) {
     return 0;
 }
 
-unsigned int blocks_for(int64_t items, int threads) { return cs1_grid((items + threads - 1) / threads); }
-
 }  // namespace
-
-extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out,
-                            int64_t T, int64_t channels, void *stream) {
-    CS1_REQUIRE_SHAPE(T >= 0 && channels >= 0);
-    if (T == 0 || channels == 0) return 0;
-    CS1_REQUIRE_PTR(qkv);
-    CS1_REQUIRE_PTR(w);
-    CS1_REQUIRE_PTR(positions);
-    CS1_REQUIRE_PTR(out);
-    CS1_REQUIRE_SHAPE(ld >= channels);
-    CS1_REQUIRE_ALIGNED(qkv, 2);
-    CS1_REQUIRE_ALIGNED(w, 2);
-    CS1_REQUIRE_ALIGNED(out, 2);
-    CS1_REQUIRE_ALIGNED(positions, 4);
-    const bool vec = channels % 8 == 0 && ld % 8 == 0 && cs1_aligned(qkv, 16) && cs1_aligned(w, 16) &&
-                     cs1_aligned(out, 16);
-    const auto *x = static_cast<const bf16 *>(qkv);
-    const auto *wt = static_cast<const bf16 *>(w);
-    auto *y = static_cast<bf16 *>(out);
-    if (vec)
-        gdn_conv8_kernel<<<blocks_for(T * (channels / 8), 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y,
-                                                                                               T, channels);
-    else
-        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y, T,
-                                                                                         channels);
-    CS1_LAUNCHED();
-}
-
-extern "C" int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, float *beta,
-                             float *g, int64_t T, int64_t H, void *stream) {
-    CS1_REQUIRE_SHAPE(T >= 0 && H >= 0);
-    if (T == 0 || H == 0) return 0;
-    CS1_REQUIRE_PTR(ba);
-    CS1_REQUIRE_PTR(A_log);
-    CS1_REQUIRE_PTR(dt_bias);
-    CS1_REQUIRE_PTR(beta);
-    CS1_REQUIRE_PTR(g);
-    CS1_REQUIRE_SHAPE(ld >= 2 * H);
-    CS1_REQUIRE_ALIGNED(ba, 2);
-    CS1_REQUIRE_ALIGNED(A_log, 4);
-    CS1_REQUIRE_ALIGNED(dt_bias, 4);
-    CS1_REQUIRE_ALIGNED(beta, 4);
-    CS1_REQUIRE_ALIGNED(g, 4);
-    gdn_gates_kernel<<<blocks_for(T * H, 256), 256, 0, cs1_stream(stream)>>>(static_cast<const bf16 *>(ba), ld, A_log,
-                                                                             dt_bias, beta, g, T, H);
-    CS1_LAUNCHED();
-}
 
 extern "C" int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes) {
     CS1_REQUIRE_PTR(bytes);

@@ -1,4 +1,4 @@
-"""Gated DeltaNet ops (native/gdn.cu): conv + SiLU, gates, chunked delta rule, against float64 numpy references.
+"""Gated DeltaNet ops (native/gdn_conv.cu, native/gdn.cu): conv + SiLU, gates, chunked delta rule, against float64 numpy references.
 
 GPU tests skip here without a device (conftest's cs1 fixture). test_chunked_mirror_matches_recurrence runs on the
 CPU: it replays, in float64, exactly the per-chunk steps and workspace quantities of the four prefill kernels (with
