@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# H200 HTTP run (one device call): Public231 at concurrency 1 through the native server and through the reference
-# arm (transformers + flash-linear-attention, CUDA-graph mode and eager mode) on the same GPU, then compare.
+# H200 HTTP run (one device call): a manifest (Public231 by default) at concurrency 1 through the native server and
+# through the reference arm (transformers + flash-linear-attention, CUDA-graph mode and eager mode) on the same GPU, then compare.
 #   OUT=<log folder> scripts/gpu_http_bench.sh     ($OUT/http_bench.tgz holds every log and run; summary last)
-# Knobs: TRAVERSALS (measured passes per arm, default 3), ARMS (default "native ref-graph ref-eager"), DEADLINE_S
+# Knobs: MANIFEST (default benchmarks/manifests/public231.jsonl; also three-fields-891.jsonl), TRAVERSALS
+# (measured passes per arm, default 3), ARMS (default "native ref-graph ref-eager"), DEADLINE_S
 # (no arm or traversal starts after it; what ran is packed either way), CS1_GIT_DESCRIBE (the commit, where the
 # device copy has no git history).
 set -uo pipefail
@@ -13,7 +14,7 @@ OUT=$(mktemp -d)/http_bench  # everything lands here, packed into $FINAL/http_be
 mkdir -p "$OUT" "$FINAL"
 . scripts/device_env.sh "$OUT"
 CKPT=${CKPT:-/tmp/bench4b}
-M=benchmarks/manifests/public231.jsonl
+M=${MANIFEST:-benchmarks/manifests/public231.jsonl}
 R=$OUT/results
 mkdir -p "$R"
 TRAVERSALS=${TRAVERSALS:-3}
