@@ -34,9 +34,10 @@ I32 = 4
 
 
 # padded lengths: steps of <= 25 % so padding costs little; above the ladder, multiples of 1024
-PAD_LADDER = (64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584,
-              4096, 5120, 6144, 7168, 8192)
-MAX_GRAPHS = 96
+# Padded lengths: fine steps where most prompts are (padding rows cost GEMM and kernel time), coarser above.
+PAD_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(range(1152, 2049, 128))
+              + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
+MAX_GRAPHS = 128
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
