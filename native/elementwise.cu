@@ -73,6 +73,74 @@ __global__ void attn_prep_kernel(const bf16 *__restrict__ qkv, int64_t ld, const
     }
 }
 
+// Warp variant for Dh = 32 * kPer (kPer = 8: 16-byte accesses for Dh 256; 4: 8-byte for Dh 128), rotary_dim a
+// multiple of 2 * kPer and <= 64: one warp per (token, head), lane l owning elements [l * kPer, (l + 1) * kPer).
+// The rotate_half partner (i +- half) sits in the same slot of lane l +- half / kPer (one shuffle); lane f < half
+// evaluates cosf/sinf of frequency f once and the rotary lanes fetch theirs by shuffle. Same formulas and roundings
+// as attn_prep_kernel; only the fp32 sum order of the norm differs.
+template <int kPer>
+struct __align__(2 * kPer) BfVec {
+    bf16 v[kPer];
+};
+
+template <int kPer>
+__global__ void __launch_bounds__(256)
+    attn_prep_warp_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ q_norm_w,
+                          const bf16 *__restrict__ k_norm_w, const int32_t *__restrict__ positions,
+                          const float *__restrict__ inv_freq, bf16 *__restrict__ q, bf16 *__restrict__ gate,
+                          bf16 *__restrict__ k, int64_t T, int64_t Hq, int64_t Hk, int rotary_dim, float eps) {
+    using Vec = BfVec<kPer>;
+    constexpr int Dh = 32 * kPer;
+    const int lane = threadIdx.x & 31;
+    const int half = rotary_dim / 2, d = half / kPer;  // d: lane distance of the rotate_half partner
+    const bool rot_lane = lane < 2 * d, first_half = lane < d;
+    const int partner = first_half ? lane + d : (rot_lane ? lane - d : lane);
+    const int64_t warps_per_block = blockDim.x >> 5;
+    const int64_t heads = Hq + Hk, n_items = T * heads;
+    const Vec wq = reinterpret_cast<const Vec *>(q_norm_w)[lane], wk = reinterpret_cast<const Vec *>(k_norm_w)[lane];
+    for (int64_t item = (int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5); item < n_items;
+         item += (int64_t)gridDim.x * warps_per_block) {
+        const int64_t t = item / heads, h = item % heads;
+        const bool is_q = h < Hq;
+        const bf16 *row = qkv + t * ld;
+        const bf16 *src = is_q ? row + h * 2 * Dh : row + Hq * 2 * Dh + (h - Hq) * Dh;
+        const Vec xv = reinterpret_cast<const Vec *>(src)[lane];
+        if (is_q)
+            reinterpret_cast<Vec *>(gate + (t * Hq + h) * Dh)[lane] = reinterpret_cast<const Vec *>(src + Dh)[lane];
+        float cf = 0.0f, sf = 0.0f;  // bf16-rounded cos/sin of frequency `lane`
+        if (lane < half) {
+            const float phi = (float)positions[t] * inv_freq[lane];
+            cf = round_bf(cosf(phi));
+            sf = round_bf(sinf(phi));
+        }
+        float v[kPer], ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+            v[e] = bf2f(xv.v[e]);
+            ss += v[e] * v[e];
+        }
+        const float inv = rsqrtf(warp_sum(ss) / (float)Dh + eps);
+        Vec o;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+            const float w = bf2f(is_q ? wq.v[e] : wk.v[e]);
+            const float n = round_bf(v[e] * inv * (1.0f + w));
+            // every lane takes part in the shuffles; only rotary lanes use the results
+            const float p = __shfl_sync(0xffffffffu, n, partner);
+            const int f = rot_lane ? lane * kPer + e - (first_half ? 0 : half) : 0;
+            const float c = __shfl_sync(0xffffffffu, cf, f), s = __shfl_sync(0xffffffffu, sf, f);
+            float r = n;
+            if (rot_lane) {
+                const float other = first_half ? -p : p;  // rotate_half: -x[i + half] first, x[i - half] second
+                r = round_bf(round_bf(n * c) + round_bf(other * s));
+            }
+            o.v[e] = f2bf(r);
+        }
+        bf16 *dst = is_q ? q + (t * Hq + h) * Dh : k + (t * Hk + (h - Hq)) * Dh;
+        reinterpret_cast<Vec *>(dst)[lane] = o;
+    }
+}
+
 }  // namespace
 
 extern "C" int cs1_silu_mul(const void *gate_up, int64_t ld, void *out, int64_t T, int64_t I, void *stream) {
@@ -110,9 +178,30 @@ extern "C" int cs1_attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, 
     CS1_REQUIRE_ALIGNED(k, 2);
     CS1_REQUIRE_ALIGNED(positions, 4);
     CS1_REQUIRE_ALIGNED(inv_freq, 4);
-    attn_prep_kernel<<<cs1_grid(T * (Hq + Hk)), (unsigned)Dh, Dh * sizeof(float), cs1_stream(stream)>>>(
-        static_cast<const bf16 *>(qkv), ld, static_cast<const bf16 *>(q_norm_w), static_cast<const bf16 *>(k_norm_w),
-        positions, inv_freq, static_cast<bf16 *>(q), static_cast<bf16 *>(gate), static_cast<bf16 *>(k), T, Hq, Hk,
-        (int)Dh, (int)rotary_dim, eps);
+    const auto *x = static_cast<const bf16 *>(qkv);
+    const auto *qw = static_cast<const bf16 *>(q_norm_w);
+    const auto *kw = static_cast<const bf16 *>(k_norm_w);
+    auto *qo = static_cast<bf16 *>(q);
+    auto *go = static_cast<bf16 *>(gate);
+    auto *ko = static_cast<bf16 *>(k);
+    cudaStream_t s = cs1_stream(stream);
+    const int64_t per = Dh / 32;
+    const bool warp_path = (Dh == 256 || Dh == 128) && rotary_dim % (2 * per) == 0 && rotary_dim <= 64 &&
+                           ld % 8 == 0 && cs1_aligned(qkv, 16) && cs1_aligned(q_norm_w, 16) &&
+                           cs1_aligned(k_norm_w, 16) && cs1_aligned(q, 16) && cs1_aligned(gate, 16) &&
+                           cs1_aligned(k, 16);
+    if (warp_path) {
+        const int64_t warps = 8;
+        const unsigned grid = cs1_grid((T * (Hq + Hk) + warps - 1) / warps);
+        if (Dh == 256)
+            attn_prep_warp_kernel<8><<<grid, 32 * warps, 0, s>>>(x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq,
+                                                                 Hk, (int)rotary_dim, eps);
+        else
+            attn_prep_warp_kernel<4><<<grid, 32 * warps, 0, s>>>(x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq,
+                                                                 Hk, (int)rotary_dim, eps);
+    } else {
+        attn_prep_kernel<<<cs1_grid(T * (Hq + Hk)), (unsigned)Dh, Dh * sizeof(float), s>>>(
+            x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq, Hk, (int)Dh, (int)rotary_dim, eps);
+    }
     CS1_LAUNCHED();
 }

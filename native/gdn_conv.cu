@@ -14,34 +14,88 @@ unsigned int blocks_for(int64_t items, int threads) { return cs1_grid((items + t
 
 // ---- conv ---------------------------------------------------------------------------------------------------------
 
-// One thread per (row, 8 channels): 16-byte loads of 4 input rows and of the 8x4 weights.
-__global__ void gdn_conv8_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
-                                 const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
-                                 int64_t channels) {
+constexpr int kConvThreads = 128;  // consecutive 8-channel groups of one run: a warp reads 512 B of a row at once
+
+__device__ __forceinline__ Pack8 zero8() {
+    Pack8 p;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) p.v[e] = f2bf(0.0f);
+    return p;
+}
+
+// rows t-3+j (j = 0..3) from win[i + j] for output row t = tc + i; same fp32 fmaf order and skip rule as
+// gdn_conv1_kernel, so both paths give identical bytes
+__device__ __forceinline__ void conv_row(const Pack8 *win, int i, const float *wf, int pos, int64_t t,
+                                         bf16 *__restrict__ dst) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (pos < 3 - j || t - 3 + j < 0) continue;  // history never crosses a prompt start
+        float x[8];
+        unpack8(win[i + j], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
+    }
+    Pack8 o;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o.v[e] = f2bf(silu_f(acc[e]));
+    *reinterpret_cast<Pack8 *>(dst) = o;
+}
+
+// One thread per (run of `run` consecutive rows, 8 channels): the 32 weights stay in registers and each input row is
+// loaded once (plus a 3-row halo at the run start), where one thread per row reloaded the weights and every row 4
+// times. Rows go 4 at a time with the next 4 rows already loading (double buffer); <= 128 registers (4 blocks per SM)
+// leaves enough warps to overlap the SiLU arithmetic with the loads.
+__global__ void __launch_bounds__(kConvThreads, 4)
+    gdn_conv_runs_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                         const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T, int64_t channels,
+                         int run) {
     const int64_t groups = channels / 8;
-    for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * groups;
-         idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = idx / groups, c0 = (idx % groups) * 8;
-        const int pos = positions[t];
+    const int64_t group_blocks = (groups + kConvThreads - 1) / kConvThreads;
+    const int64_t runs = (T + run - 1) / run;
+    // channel blocks vary fastest, so neighbouring runs (which share halo rows) run close together and hit L2
+    for (int64_t item = blockIdx.x; item < runs * group_blocks; item += gridDim.x) {
+        const int64_t g = (item % group_blocks) * kConvThreads + threadIdx.x;
+        if (g >= groups) continue;
+        const int64_t c0 = g * 8, t0 = (item / group_blocks) * run;
+        const int64_t t_end = t0 + run < T ? t0 + run : T;
+        const bf16 *col = qkv + c0;
+        // rows outside [0, t_end) are never used (skip rule, t < t_end): zeros keep them defined
+        auto load_row = [&](int64_t s) {
+            return s >= 0 && s < t_end ? *reinterpret_cast<const Pack8 *>(col + s * ld) : zero8();
+        };
         float wf[32];
         const Pack8 *wp = reinterpret_cast<const Pack8 *>(w + c0 * 4);
 #pragma unroll
         for (int q = 0; q < 4; ++q) unpack8(wp[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        Pack8 win[7];  // rows tc - 3 .. tc + 3
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int64_t src = t - 3 + j;
-            if (pos < 3 - j || src < 0) continue;  // history never crosses a prompt start
-            float x[8];
-            unpack8(*reinterpret_cast<const Pack8 *>(qkv + src * ld + c0), x);
+        for (int k = 0; k < 7; ++k) win[k] = load_row(t0 - 3 + k);
+#pragma unroll 1
+        for (int64_t tc = t0; tc < t_end; tc += 4) {
+            Pack8 next[4];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
+            for (int k = 0; k < 4; ++k) next[k] = load_row(tc + 4 + k);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int64_t t = tc + i;
+                if (t < t_end) conv_row(win, i, wf, positions[t], t, out + t * channels + c0);
+            }
+#pragma unroll
+            for (int k = 0; k < 3; ++k) win[k] = win[k + 4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) win[k + 3] = next[k];
         }
-        Pack8 o;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o.v[e] = f2bf(silu_f(acc[e]));
-        *reinterpret_cast<Pack8 *>(out + t * channels + c0) = o;
     }
+}
+
+// Rows per run (a multiple of 4): long enough to amortise the 3-row halo, short enough that one wave of resident
+// threads (H200: 132 SMs x 4 blocks x 128) has work. Only performance depends on it.
+int conv_run_length(int64_t T, int64_t channels) {
+    const int64_t target_threads = 132 * 512;
+    const int64_t rows = (T * (channels / 8) + target_threads - 1) / target_threads;
+    const int64_t run = (rows + 3) / 4 * 4;
+    return (int)(run < 4 ? 4 : (run > 64 ? 64 : run));
 }
 
 // Any alignment: one thread per (row, channel), the same arithmetic in the same order.
@@ -97,12 +151,15 @@ extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const in
     const auto *x = static_cast<const bf16 *>(qkv);
     const auto *wt = static_cast<const bf16 *>(w);
     auto *y = static_cast<bf16 *>(out);
-    if (vec)
-        gdn_conv8_kernel<<<blocks_for(T * (channels / 8), 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y,
-                                                                                               T, channels);
-    else
-        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, cs1_stream(stream)>>>(x, ld, wt, positions, y, T,
-                                                                                         channels);
+    cudaStream_t st = cs1_stream(stream);
+    if (vec) {
+        const int run = conv_run_length(T, channels);
+        const int64_t group_blocks = (channels / 8 + kConvThreads - 1) / kConvThreads;
+        gdn_conv_runs_kernel<<<cs1_grid((T + run - 1) / run * group_blocks), kConvThreads, 0, st>>>(
+            x, ld, wt, positions, y, T, channels, run);
+    } else {
+        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, st>>>(x, ld, wt, positions, y, T, channels);
+    }
     CS1_LAUNCHED();
 }
 

@@ -55,6 +55,62 @@ __global__ void rms_norm_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ d
     }
 }
 
+// One warp per row (D % 8 == 0, D <= 4096, 16-byte aligned): each lane keeps up to kPacks Pack8 of the row in
+// registers (pack p = lane + 32 j, so one warp access covers 512 contiguous bytes) from the sum of squares to the
+// output, so the row is read once. Same formulas as rms_norm_kernel; only the fp32 sum order differs.
+template <bool kAdd, int kPacks>
+__global__ void __launch_bounds__(128)
+    rms_norm_warp_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const bf16 *__restrict__ w,
+                         bf16 *__restrict__ out, int64_t rows, int64_t D, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int packs = (int)(D / 8);
+    const int64_t warps_per_block = blockDim.x >> 5;
+    const Pack8 *w8 = reinterpret_cast<const Pack8 *>(w);
+    for (int64_t r = (int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5); r < rows;
+         r += (int64_t)gridDim.x * warps_per_block) {
+        Pack8 *xr = reinterpret_cast<Pack8 *>(x + r * D);
+        Pack8 v[kPacks];
+#pragma unroll
+        for (int j = 0; j < kPacks; ++j)
+            if (lane + 32 * j < packs) v[j] = xr[lane + 32 * j];
+        if (kAdd) {
+            const Pack8 *dr = reinterpret_cast<const Pack8 *>(delta + r * D);
+#pragma unroll
+            for (int j = 0; j < kPacks; ++j) {
+                if (lane + 32 * j >= packs) continue;
+                const Pack8 d = dr[lane + 32 * j];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) v[j].v[e] = f2bf(bf2f(v[j].v[e]) + bf2f(d.v[e]));
+                xr[lane + 32 * j] = v[j];
+            }
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPacks; ++j) {
+            if (lane + 32 * j >= packs) continue;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float f = bf2f(v[j].v[e]);
+                ss += f * f;
+            }
+        }
+        const float inv = rsqrtf(warp_sum(ss) / (float)D + eps);
+        Pack8 *o8 = reinterpret_cast<Pack8 *>(out + r * D);
+#pragma unroll
+        for (int j = 0; j < kPacks; ++j) {
+            if (lane + 32 * j >= packs) continue;
+            const Pack8 wp = w8[lane + 32 * j];
+            Pack8 o;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float n = bf2f(v[j].v[e]) * inv;
+                o.v[e] = f2bf(n * (1.0f + bf2f(wp.v[e])));
+            }
+            o8[lane + 32 * j] = o;
+        }
+    }
+}
+
 // ---- gated RMSNorm (Qwen3_5RMSNormGated): one warp per (token, head) ------------------------------------------------
 // n = bf16(x * rsqrt(mean(x^2) + eps)); n' = w * n (bf16-rounded when the weight is bf16); out = bf16(n' * silu(z)).
 
@@ -89,14 +145,85 @@ __global__ void gated_rms_norm_kernel(const bf16 *__restrict__ x, const bf16 *__
     }
 }
 
+// 16-byte variant (x, z, out 16-byte aligned, ldz % 8 == 0, w 16-byte aligned): D / 8 lanes per (token, head), each
+// with 8 contiguous elements, so a warp serves 32 / (D / 8) items; the sum of squares reduces within that lane group.
+// Same formulas as gated_rms_norm_kernel; only the fp32 sum order differs.
+template <int D>
+__global__ void __launch_bounds__(256)
+    gated_rms_norm_vec_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ z, int64_t ldz,
+                              const float *__restrict__ w, int round_weighted, bf16 *__restrict__ out, int64_t T,
+                              int64_t H, float eps) {
+    constexpr int kLanes = D / 8, kItemsPerWarp = 32 / kLanes;
+    const int lane = threadIdx.x & 31, sub = lane % kLanes;
+    const int64_t warps_per_block = blockDim.x >> 5;
+    const int64_t n_items = T * H;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w + sub * 8);
+    const float4 wlo = w4[0], whi = w4[1];
+    const float wv[8] = {wlo.x, wlo.y, wlo.z, wlo.w, whi.x, whi.y, whi.z, whi.w};
+    // the loop bound is per warp, so every lane reaches the shuffles
+    for (int64_t base = ((int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5)) * kItemsPerWarp; base < n_items;
+         base += (int64_t)gridDim.x * warps_per_block * kItemsPerWarp) {
+        const int64_t item = base + lane / kLanes;
+        const bool valid = item < n_items;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        Pack8 zp;
+        if (valid) {
+            const int64_t t = item / H, h = item % H;
+            const Pack8 xp = reinterpret_cast<const Pack8 *>(x + item * D)[sub];
+            zp = reinterpret_cast<const Pack8 *>(z + t * ldz + h * D)[sub];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
+        const float inv = rsqrtf(ss / (float)D + eps);
+        if (!valid) continue;
+        Pack8 o;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            float n = wv[e] * round_bf(v[e] * inv);
+            if (round_weighted) n = round_bf(n);
+            o.v[e] = f2bf(n * silu_f(bf2f(zp.v[e])));
+        }
+        reinterpret_cast<Pack8 *>(out + item * D)[sub] = o;
+    }
+}
+
+template <bool kAdd, int kPacks>
+void launch_norm_warp(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
+                      cudaStream_t s) {
+    // 4 rows per block once there are enough rows; fewer rows spread one per block over more SMs
+    const int warps = rows >= 1024 ? 4 : 1;
+    rms_norm_warp_kernel<kAdd, kPacks>
+        <<<cs1_grid((rows + warps - 1) / warps), 32 * warps, 0, s>>>(x, delta, w, out, rows, D, eps);
+}
+
+template <bool kAdd>
+int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
+                  cudaStream_t s) {
+    const bool vec = D % 8 == 0 && D <= 4096 && cs1_aligned(x, 16) && cs1_aligned(w, 16) && cs1_aligned(out, 16) &&
+                     (!kAdd || cs1_aligned(delta, 16));
+    const int64_t per_lane = (D / 8 + 31) / 32;  // Pack8 per lane with one warp per row
+    if (!vec)
+        rms_norm_kernel<kAdd><<<cs1_grid(rows), kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
+    else if (per_lane <= 2)
+        launch_norm_warp<kAdd, 2>(x, delta, w, out, rows, D, eps, s);
+    else if (per_lane <= 4)
+        launch_norm_warp<kAdd, 4>(x, delta, w, out, rows, D, eps, s);
+    else if (per_lane <= 10)  // D = 2560 (the 4B hidden size) exactly
+        launch_norm_warp<kAdd, 10>(x, delta, w, out, rows, D, eps, s);
+    else
+        launch_norm_warp<kAdd, 16>(x, delta, w, out, rows, D, eps, s);
+    CS1_LAUNCHED();
+}
+
 int launch_norm(bool add, bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
                 cudaStream_t s) {
-    const unsigned grid = cs1_grid(rows);
-    if (add)
-        rms_norm_kernel<true><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else
-        rms_norm_kernel<false><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    CS1_LAUNCHED();
+    return add ? launch_norm_t<true>(x, delta, w, out, rows, D, eps, s)
+               : launch_norm_t<false>(x, delta, w, out, rows, D, eps, s);
 }
 
 }  // namespace
@@ -159,12 +286,25 @@ extern "C" int cs1_gated_rms_norm(const void *x, const void *z, int64_t ldz, con
     CS1_REQUIRE_ALIGNED(z, 2);
     CS1_REQUIRE_ALIGNED(w, 4);
     CS1_REQUIRE_ALIGNED(out, 2);
-    const int threads = 256;  // 8 warps, one (token, head) each
-    const unsigned grid = cs1_grid((T * H + 7) / 8);
+    const int threads = 256;
     const bf16 *xb = static_cast<const bf16 *>(x);
     const bf16 *zb = static_cast<const bf16 *>(z);
     bf16 *ob = static_cast<bf16 *>(out);
     cudaStream_t s = cs1_stream(stream);
+    const bool vec = ldz % 8 == 0 && cs1_aligned(x, 16) && cs1_aligned(z, 16) && cs1_aligned(w, 16) &&
+                     cs1_aligned(out, 16);
+    if (vec) {
+        const int64_t items_per_block = 8 * (32 / (D / 8));  // 8 warps
+        const unsigned grid = cs1_grid((T * H + items_per_block - 1) / items_per_block);
+        if (D == 64)
+            gated_rms_norm_vec_kernel<64><<<grid, threads, 0, s>>>(xb, zb, ldz, w, round_weighted, ob, T, H, eps);
+        else if (D == 128)
+            gated_rms_norm_vec_kernel<128><<<grid, threads, 0, s>>>(xb, zb, ldz, w, round_weighted, ob, T, H, eps);
+        else
+            gated_rms_norm_vec_kernel<256><<<grid, threads, 0, s>>>(xb, zb, ldz, w, round_weighted, ob, T, H, eps);
+        CS1_LAUNCHED();
+    }
+    const unsigned grid = cs1_grid((T * H + 7) / 8);  // 8 warps, one (token, head) each
     if (D == 64)
         gated_rms_norm_kernel<2><<<grid, threads, 0, s>>>(xb, zb, ldz, w, round_weighted, ob, T, H, eps);
     else if (D == 128)

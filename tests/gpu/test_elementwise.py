@@ -133,35 +133,61 @@ def prompt_positions(rng, T):
     return pos.astype(np.int32)
 
 
-@pytest.mark.parametrize("T", ROWS)
-def test_attn_prep(gpu, rng, T):
-    Hq, Hk, Dh, rot = 16, 4, 256, 64
-    ld = (2 * Hq + 2 * Hk) * Dh + 8  # rows of the fused projection, a little wider
+def check_attn_prep(gpu, rng, T, Hq, Hk, Dh, rot, ld, qkv_offset=0):
+    """Run cs1_attn_prep on fresh inputs (qkv placed qkv_offset elements into its buffer) and check it."""
     qkv = rand_bf16(rng, (T, ld), 2.0)
     qw, kw = rand_bf16(rng, (Dh,), 0.1), rand_bf16(rng, (Dh,), 0.1)
     positions = prompt_positions(rng, T)
     inv_freq = inv_freq_f32(rot, 10_000_000.0)
+    d_qkv = gpu.empty((qkv_offset + qkv.size) * 2, poison=False)
+    gpu.lib.cs1_upload(d_qkv.at(2 * qkv_offset), gpu.ffi.from_buffer(qkv), qkv.nbytes, gpu.stream)
+    d_freq = gpu.upload(inv_freq if rot else np.ones(1, np.float32))  # rot 0: never read
     q = gpu.empty(T * Hq * Dh * 2)
     gate = gpu.empty(T * Hq * Dh * 2)
     k = gpu.empty(T * Hk * Dh * 2)
     ffi = gpu.ffi
-    gpu.lib.cs1_attn_prep(gpu.upload(qkv).ptr, ld, gpu.upload(qw).ptr, gpu.upload(kw).ptr,
-                          ffi.cast("int32_t *", gpu.upload(positions).ptr),
-                          ffi.cast("float *", gpu.upload(inv_freq).ptr), q.ptr, gate.ptr, k.ptr, T, Hq, Hk, Dh, rot,
-                          EPS, gpu.stream)
+    gpu.lib.cs1_attn_prep(d_qkv.at(2 * qkv_offset), ld, gpu.upload(qw).ptr, gpu.upload(kw).ptr,
+                          ffi.cast("int32_t *", gpu.upload(positions).ptr), ffi.cast("float *", d_freq.ptr), q.ptr,
+                          gate.ptr, k.ptr, T, Hq, Hk, Dh, rot, EPS, gpu.stream)
     got_q = bf16.from_bits(gpu.download(q, np.uint16, (T, Hq, Dh))).astype(np.float64)
     got_gate = gpu.download(gate, np.uint16, (T, Hq * Dh))
     got_k = bf16.from_bits(gpu.download(k, np.uint16, (T, Hk, Dh))).astype(np.float64)
     rq, _, rk, q_scale, k_scale = attn_prep_ref(qkv, T, Hq, Hk, Dh, rot, qw, kw, positions, inv_freq)
     want_gate = qkv[:, :2 * Hq * Dh].reshape(T, Hq, 2 * Dh)[:, :, Dh:].reshape(T, Hq * Dh)
     assert (got_gate == want_gate).all(), "gate is a plain per-head copy"
+    label = f"attn_prep T={T} Hq={Hq} Hk={Hk} Dh={Dh} rot={rot} ld={ld} offset={qkv_offset}"
     for name, got, ref, scale in (("q", got_q, rq, q_scale), ("k", got_k, rk, k_scale)):
         assert np.isfinite(got).all()
         e = np.abs(got - ref) / bf16.ulp(scale)
         exact = float((got == ref).mean())
-        print(f"attn_prep T={T} {name}: max {e.max():.3f} ulp of scale, bit-exact {100 * exact:.4f} %")
+        print(f"{label} {name}: max {e.max():.3f} ulp of scale, bit-exact {100 * exact:.4f} %")
         assert e.max() <= 2.0
         assert exact >= 0.999
+
+
+@pytest.mark.parametrize("T", ROWS)
+def test_attn_prep(gpu, rng, T):
+    Hq, Hk, Dh, rot = 16, 4, 256, 64  # the 4B: the warp kernel, 16-byte accesses
+    check_attn_prep(gpu, rng, T, Hq, Hk, Dh, rot, (2 * Hq + 2 * Hk) * Dh + 8)  # fused projection rows, a bit wider
+
+
+# The warp kernel takes Dh 256 / 128 with rotary_dim a multiple of Dh / 16 and <= 64, ld % 8 == 0, aligned pointers;
+# the rest goes to the block-per-item kernel.
+@pytest.mark.parametrize("T", [1, 65])
+@pytest.mark.parametrize("Hq,Hk,Dh,rot,extra,offset", [
+    (4, 2, 128, 32, 0, 0),  # warp, 8-byte accesses
+    (4, 2, 128, 64, 8, 0),  # warp, rotary lanes 0..15
+    (2, 1, 256, 16, 0, 0),  # warp, partner one lane away
+    (2, 1, 256, 48, 0, 0),  # warp, half = 24
+    (2, 1, 256, 0, 0, 0),  # warp, no rotation
+    (2, 1, 256, 40, 0, 0),  # block: rotary_dim not a multiple of 16
+    (2, 1, 256, 128, 0, 0),  # block: rotary_dim > 64
+    (2, 1, 64, 64, 0, 0),  # block: Dh 64
+    (16, 4, 256, 64, 3, 0),  # block: ld % 8 != 0
+    (16, 4, 256, 64, 8, 1),  # block: qkv 2 bytes off 16
+])
+def test_attn_prep_paths(gpu, rng, T, Hq, Hk, Dh, rot, extra, offset):
+    check_attn_prep(gpu, rng, T, Hq, Hk, Dh, rot, (2 * Hq + 2 * Hk) * Dh + extra, offset)
 
 
 def test_attn_prep_rejects_bad_shapes(gpu):

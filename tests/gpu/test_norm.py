@@ -129,18 +129,67 @@ def test_add_rms_norm(gpu, rng, T):
     check_ulps(f"add_rms_norm T={T}", gpu.download(out, np.uint16, (T, D)), rms_ref(f64(want_res), f64(w)))
 
 
-@pytest.mark.parametrize("T", ROWS)
-@pytest.mark.parametrize("round_weighted", [1, 0])
-def test_gated_rms_norm(gpu, rng, T, round_weighted):
-    H, D = 32, 128
-    ldz = H * D + 8 * 3  # z lives inside wider projection rows
+# (D, element offset of x/residual and out): which kernel runs. One warp per row needs D % 8 == 0, D <= 4096 and
+# 16-byte aligned pointers (Pack8 per lane: 2, 4, 10 or 16, the last lanes partly idle when D / 8 is not a multiple
+# of 32); everything else takes the block-per-row kernel.
+NORM_PATHS = [
+    (8, 0),  # warp, 1 pack in lane 0 only
+    (1000, 0),  # warp, 4 packs per lane with idle lanes
+    (3000, 0),  # warp, 16 packs per lane with idle lanes
+    (4096, 0),  # warp, 16 packs per lane exactly
+    (2560, 1),  # block: pointers 2 bytes off 16
+    (100, 0),  # block: D % 8 != 0
+    (4104, 0),  # block: D > 4096
+]
+
+
+def place(gpu, bits: np.ndarray, offset: int):
+    """Upload bits `offset` elements into a fresh buffer; returns (buffer, pointer to the data)."""
+    buf = gpu.empty((bits.size + offset) * 2, poison=False)
+    gpu.lib.cs1_upload(buf.at(2 * offset), gpu.ffi.from_buffer(np.ascontiguousarray(bits)), bits.nbytes, gpu.stream)
+    return buf, buf.at(2 * offset)
+
+
+@pytest.mark.parametrize("T", [1, 65, 1027])
+@pytest.mark.parametrize("D,offset", NORM_PATHS)
+def test_rms_norm_paths(gpu, rng, T, D, offset):
+    x = rand_bf16(rng, (T, D), 3.0)
+    w = rand_bf16(rng, (D,), 0.1)
+    _, x_ptr = place(gpu, x, offset)
+    out = gpu.empty((T * D + offset) * 2)
+    gpu.lib.cs1_rms_norm(x_ptr, gpu.upload(w).ptr, out.at(2 * offset), T, D, EPS, gpu.stream)
+    got = gpu.download(out, np.uint16, (T * D + offset,))[offset:].reshape(T, D)
+    check_ulps(f"rms_norm T={T} D={D} offset={offset}", got, rms_ref(f64(x), f64(w)))
+
+
+@pytest.mark.parametrize("T", [1, 65, 1027])
+@pytest.mark.parametrize("D,offset", NORM_PATHS)
+def test_add_rms_norm_paths(gpu, rng, T, D, offset):
+    res = rand_bf16(rng, (T, D), 4.0)
+    delta = rand_bf16(rng, (T, D), 1.0)
+    w = rand_bf16(rng, (D,), 0.1)
+    d_res, res_ptr = place(gpu, res, offset)
+    _, delta_ptr = place(gpu, delta, offset)
+    out = gpu.empty((T * D + offset) * 2)
+    gpu.lib.cs1_add_rms_norm(res_ptr, delta_ptr, gpu.upload(w).ptr, out.at(2 * offset), T, D, EPS, gpu.stream)
+    new_res = gpu.download(d_res, np.uint16, (T * D + offset,))[offset:].reshape(T, D)
+    want_res = bf16.to_bits(bf16.from_bits(res) + bf16.from_bits(delta))
+    mism = int((new_res != want_res).sum())
+    print(f"add_rms_norm T={T} D={D} offset={offset}: residual mismatches {mism}")
+    assert mism == 0
+    got = gpu.download(out, np.uint16, (T * D + offset,))[offset:].reshape(T, D)
+    check_ulps(f"add_rms_norm T={T} D={D} offset={offset}", got, rms_ref(f64(want_res), f64(w)))
+
+
+def check_gated_rms_norm(gpu, rng, T, H, D, ldz, round_weighted, x_offset=0):
     x = rand_bf16(rng, (T, H, D), 0.5)
-    z = rand_bf16(rng, (T, ldz), 2.0)
+    z = rand_bf16(rng, (T, ldz), 2.0)  # z lives inside wider projection rows
     w = (1.0 + 0.2 * rng.standard_normal(D)).astype(np.float32)
     if round_weighted:
         w = bf16.round_(w)
+    _, x_ptr = place(gpu, x, x_offset)
     out = gpu.empty(T * H * D * 2)
-    gpu.lib.cs1_gated_rms_norm(gpu.upload(x).ptr, gpu.upload(z).ptr, ldz, gpu.ffi.cast("float *", gpu.upload(w).ptr),
+    gpu.lib.cs1_gated_rms_norm(x_ptr, gpu.upload(z).ptr, ldz, gpu.ffi.cast("float *", gpu.upload(w).ptr),
                                round_weighted, out.ptr, T, H, D, EPS, gpu.stream)
     got = gpu.download(out, np.uint16, (T, H, D))
     xf = f64(x)
@@ -158,7 +207,26 @@ def test_gated_rms_norm(gpu, rng, T, round_weighted):
     if round_weighted:  # the second rounding (w * n) can sit at a tie too
         amb |= near_tie(nw_exact)
         alts.append(other_neighbour(nw_exact) * silu_z)
-    check_ulps(f"gated_rms_norm T={T} round_weighted={round_weighted}", got, ref, amb, tuple(alts))
+    check_ulps(f"gated_rms_norm T={T} H={H} D={D} ldz={ldz} x_offset={x_offset} round_weighted={round_weighted}",
+               got, ref, amb, tuple(alts))
+
+
+@pytest.mark.parametrize("T", ROWS)
+@pytest.mark.parametrize("round_weighted", [1, 0])
+def test_gated_rms_norm(gpu, rng, T, round_weighted):
+    H, D = 32, 128
+    check_gated_rms_norm(gpu, rng, T, H, D, H * D + 8 * 3, round_weighted)  # 16-byte path
+
+
+# 16-byte path: ldz % 8 == 0 and aligned pointers, D / 8 lanes per (token, head); H = 3 leaves a warp's last item
+# groups empty. One-warp-per-item path: ldz odd or x 2 bytes off 16.
+@pytest.mark.parametrize("T", [1, 65])
+@pytest.mark.parametrize("H,D,extra,x_offset", [
+    (3, 64, 8, 0), (3, 128, 0, 0), (3, 256, 8, 0), (16, 256, 16, 0),
+    (3, 64, 3, 0), (3, 128, 1, 0), (3, 256, 5, 0), (32, 128, 24, 1),
+])
+def test_gated_rms_norm_paths(gpu, rng, T, H, D, extra, x_offset):
+    check_gated_rms_norm(gpu, rng, T, H, D, H * D + extra, 1, x_offset)
 
 
 def test_empty_work_returns_zero(gpu):

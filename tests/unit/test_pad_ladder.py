@@ -5,9 +5,9 @@ from startlux_native.cuda_backend import PAD_LADDER, padded_length
 
 def test_ladder_is_increasing_and_fine_where_prompts_are():
     assert list(PAD_LADDER) == sorted(set(PAD_LADDER))
-    assert all(b - a <= 16 for a, b in zip(PAD_LADDER, PAD_LADDER[1:]) if b <= 512)
+    assert all(b - a <= 16 for a, b in zip(PAD_LADDER, PAD_LADDER[1:], strict=False) if b <= 512)
     # relative padding above 512 stays under 1/8 (the step never exceeds an eighth of the length it pads to)
-    assert all((b - a) / b <= 1 / 8 for a, b in zip(PAD_LADDER, PAD_LADDER[1:]) if a >= 512)
+    assert all((b - a) / b <= 1 / 8 for a, b in zip(PAD_LADDER, PAD_LADDER[1:], strict=False) if a >= 512)
 
 
 def test_padded_length_covers_and_never_shrinks():
