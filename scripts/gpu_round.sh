@@ -32,7 +32,7 @@ runtest() {  # log name, pytest args...
   timeout 200 python3 -m pytest -q -rs -p no:cacheprovider "$@" >"$W/$name.log" 2>&1
 }
 # family: test files, then the native files restored on failure
-families=("gdn:tests/gpu/test_gdn.py:native/gdn.cu native/gdn_conv.cu"
+families=("gdn:tests/gpu/test_gdn.py tests/gpu/test_gdn_conv.py:native/gdn.cu native/gdn_mma.cuh native/gdn_conv.cu"
           "norm:tests/gpu/test_norm.py:native/norm.cu"
           "elementwise:tests/gpu/test_elementwise.py:native/elementwise.cu")
 for f in "${families[@]}"; do
@@ -52,7 +52,7 @@ for f in "${families[@]}"; do
   runtest "test_${name}_fallback" $tests
   note "fallback_$name" "restored$restored: $(tail -n1 "$W/test_${name}_fallback.log")"
 done
-runtest test_other tests/abi tests/gpu --ignore=tests/gpu/test_model.py --ignore=tests/gpu/test_gdn.py \
+runtest test_other tests/abi tests/gpu --ignore=tests/gpu/test_model.py --ignore=tests/gpu/test_gdn.py --ignore=tests/gpu/test_gdn_conv.py \
   --ignore=tests/gpu/test_norm.py --ignore=tests/gpu/test_elementwise.py
 note test_other "$(tail -n1 "$W/test_other.log")"
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
