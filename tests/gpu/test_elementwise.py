@@ -162,7 +162,8 @@ def check_attn_prep(gpu, rng, T, Hq, Hk, Dh, rot, ld, qkv_offset=0):
         exact = float((got == ref).mean())
         print(f"{label} {name}: max {e.max():.3f} ulp of scale, bit-exact {100 * exact:.4f} %")
         assert e.max() <= 2.0
-        assert exact >= 0.999
+        # the sum-of-squares order may differ from the reference's: a rare 1-ulp flip, so at most 0.1 % (or 2) inexact
+        assert (got != ref).sum() <= max(2, 0.001 * got.size)
 
 
 @pytest.mark.parametrize("T", ROWS)
