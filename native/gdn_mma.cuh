@@ -58,11 +58,6 @@ __device__ __forceinline__ float4 lds128(const float *p) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// wait until at most kPending of this thread's most recent cp.async groups are still in flight
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 
 #endif  // GDN_MMA_EMULATED
 
