@@ -55,59 +55,70 @@ __global__ void rms_norm_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ d
     }
 }
 
-// One warp per row (D % 8 == 0, D <= 4096, 16-byte aligned): each lane keeps up to kPacks Pack8 of the row in
-// registers (pack p = lane + 32 j, so one warp access covers 512 contiguous bytes) from the sum of squares to the
-// output, so the row is read once. Same formulas as rms_norm_kernel; only the fp32 sum order differs.
+// One 128-thread block per row (D % 8 == 0, D <= 4096, 16-byte aligned): each thread keeps up to kPacks Pack8 of
+// the row (pack p = thread + 128 j: one warp access covers 512 contiguous bytes). Every load of the row (x, delta,
+// w) is issued before any store or arithmetic, so a row costs one memory round trip; with one warp per row and the
+// loads interleaved with the in-place residual stores, each delta load waited for the previous store (~7 us at 128
+// rows). Same formulas as rms_norm_kernel; only the fp32 sum order differs (fixed: lanes, then warps in order).
+constexpr int kRowThreads = 128;
+
 template <bool kAdd, int kPacks>
-__global__ void __launch_bounds__(128)
-    rms_norm_warp_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const bf16 *__restrict__ w,
-                         bf16 *__restrict__ out, int64_t rows, int64_t D, float eps) {
-    const int lane = threadIdx.x & 31;
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_row_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const bf16 *__restrict__ w,
+                        bf16 *__restrict__ out, int64_t rows, int64_t D, float eps) {
+    __shared__ float warp_ss[kRowThreads / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int packs = (int)(D / 8);
-    const int64_t warps_per_block = blockDim.x >> 5;
     const Pack8 *w8 = reinterpret_cast<const Pack8 *>(w);
-    for (int64_t r = (int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5); r < rows;
-         r += (int64_t)gridDim.x * warps_per_block) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         Pack8 *xr = reinterpret_cast<Pack8 *>(x + r * D);
-        Pack8 v[kPacks];
+        const Pack8 *dr = kAdd ? reinterpret_cast<const Pack8 *>(delta + r * D) : nullptr;
+        Pack8 v[kPacks], d[kPacks], wp[kPacks];
 #pragma unroll
-        for (int j = 0; j < kPacks; ++j)
-            if (lane + 32 * j < packs) v[j] = xr[lane + 32 * j];
-        if (kAdd) {
-            const Pack8 *dr = reinterpret_cast<const Pack8 *>(delta + r * D);
-#pragma unroll
-            for (int j = 0; j < kPacks; ++j) {
-                if (lane + 32 * j >= packs) continue;
-                const Pack8 d = dr[lane + 32 * j];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) v[j].v[e] = f2bf(bf2f(v[j].v[e]) + bf2f(d.v[e]));
-                xr[lane + 32 * j] = v[j];
-            }
+        for (int j = 0; j < kPacks; ++j) {
+            const int p = tid + kRowThreads * j;
+            if (p >= packs) continue;
+            v[j] = xr[p];
+            if (kAdd) d[j] = dr[p];
+            wp[j] = w8[p];
         }
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < kPacks; ++j) {
-            if (lane + 32 * j >= packs) continue;
+            const int p = tid + kRowThreads * j;
+            if (p >= packs) continue;
+            if (kAdd) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) v[j].v[e] = f2bf(bf2f(v[j].v[e]) + bf2f(d[j].v[e]));
+                xr[p] = v[j];
+            }
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const float f = bf2f(v[j].v[e]);
                 ss += f * f;
             }
         }
-        const float inv = rsqrtf(warp_sum(ss) / (float)D + eps);
+        ss = warp_sum(ss);
+        if (lane == 0) warp_ss[warp] = ss;
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRowThreads / 32; ++i) total += warp_ss[i];
+        const float inv = rsqrtf(total / (float)D + eps);
         Pack8 *o8 = reinterpret_cast<Pack8 *>(out + r * D);
 #pragma unroll
         for (int j = 0; j < kPacks; ++j) {
-            if (lane + 32 * j >= packs) continue;
-            const Pack8 wp = w8[lane + 32 * j];
+            const int p = tid + kRowThreads * j;
+            if (p >= packs) continue;
             Pack8 o;
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const float n = bf2f(v[j].v[e]) * inv;
-                o.v[e] = f2bf(n * (1.0f + bf2f(wp.v[e])));
+                o.v[e] = f2bf(n * (1.0f + bf2f(wp[j].v[e])));
             }
-            o8[lane + 32 * j] = o;
+            o8[p] = o;
         }
+        __syncthreads();  // warp_ss is reused by the block's next row
     }
 }
 
@@ -192,31 +203,23 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-template <bool kAdd, int kPacks>
-void launch_norm_warp(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
-                      cudaStream_t s) {
-    // 4 rows per block once there are enough rows; fewer rows spread one per block over more SMs
-    const int warps = rows >= 1024 ? 4 : 1;
-    rms_norm_warp_kernel<kAdd, kPacks>
-        <<<cs1_grid((rows + warps - 1) / warps), 32 * warps, 0, s>>>(x, delta, w, out, rows, D, eps);
-}
-
 template <bool kAdd>
 int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
                   cudaStream_t s) {
     const bool vec = D % 8 == 0 && D <= 4096 && cs1_aligned(x, 16) && cs1_aligned(w, 16) && cs1_aligned(out, 16) &&
                      (!kAdd || cs1_aligned(delta, 16));
-    const int64_t per_lane = (D / 8 + 31) / 32;  // Pack8 per lane with one warp per row
+    const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;  // Pack8 per thread, one block per row
+    const unsigned grid = cs1_grid(rows);
     if (!vec)
-        rms_norm_kernel<kAdd><<<cs1_grid(rows), kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else if (per_lane <= 2)
-        launch_norm_warp<kAdd, 2>(x, delta, w, out, rows, D, eps, s);
-    else if (per_lane <= 4)
-        launch_norm_warp<kAdd, 4>(x, delta, w, out, rows, D, eps, s);
-    else if (per_lane <= 10)  // D = 2560 (the 4B hidden size) exactly
-        launch_norm_warp<kAdd, 10>(x, delta, w, out, rows, D, eps, s);
+        rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
+    else if (per_thread <= 1)
+        rms_norm_row_kernel<kAdd, 1><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
+    else if (per_thread <= 2)
+        rms_norm_row_kernel<kAdd, 2><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
+    else if (per_thread <= 3)  // D = 2560 (the 4B hidden size)
+        rms_norm_row_kernel<kAdd, 3><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
     else
-        launch_norm_warp<kAdd, 16>(x, delta, w, out, rows, D, eps, s);
+        rms_norm_row_kernel<kAdd, 4><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
     CS1_LAUNCHED();
 }
 

@@ -129,17 +129,17 @@ def test_add_rms_norm(gpu, rng, T):
     check_ulps(f"add_rms_norm T={T}", gpu.download(out, np.uint16, (T, D)), rms_ref(f64(want_res), f64(w)))
 
 
-# (D, element offset of x/residual and out): which kernel runs. One warp per row needs D % 8 == 0, D <= 4096 and
-# 16-byte aligned pointers (Pack8 per lane: 2, 4, 10 or 16, the last lanes partly idle when D / 8 is not a multiple
-# of 32); everything else takes the block-per-row kernel.
+# (D, element offset of x/residual and out): which kernel runs. The register kernel (a 128-thread block per row, all
+# loads first) needs D % 8 == 0, D <= 4096 and 16-byte aligned pointers (Pack8 per thread: 1..4, the last threads
+# partly idle when D / 8 is not a multiple of 128); everything else takes the plain block-per-row kernel.
 NORM_PATHS = [
-    (8, 0),  # warp, 1 pack in lane 0 only
-    (1000, 0),  # warp, 4 packs per lane with idle lanes
-    (3000, 0),  # warp, 16 packs per lane with idle lanes
-    (4096, 0),  # warp, 16 packs per lane exactly
-    (2560, 1),  # block: pointers 2 bytes off 16
-    (100, 0),  # block: D % 8 != 0
-    (4104, 0),  # block: D > 4096
+    (8, 0),  # register kernel, 1 pack in thread 0 only
+    (1000, 0),  # register kernel, 1 pack per thread with idle threads (125 packs)
+    (3000, 0),  # register kernel, 3 packs per thread with idle threads (375 packs)
+    (4096, 0),  # register kernel, 4 packs per thread exactly
+    (2560, 1),  # plain: pointers 2 bytes off 16
+    (100, 0),  # plain: D % 8 != 0
+    (4104, 0),  # plain: D > 4096
 ]
 
 
