@@ -6,28 +6,29 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_final_out}
-mkdir -p "$OUT"
-. scripts/device_env.sh "$OUT"
+L=$(mktemp -d)/logs  # logs live outside $OUT and are re-packed into $OUT/logs.tgz at every step (few files return)
+mkdir -p "$OUT" "$L"
+. scripts/device_env.sh "$L"
 export CKPT=${CKPT:-/tmp/bench4b} CS1_ABI_TEST_LIBRARY=$PWD/target/libqwen3_5_cuda.so
-log() { echo "$(date -u +%T) $*" | tee -a "$OUT/summary.txt"; }
-./build.sh target 90 >"$OUT/build.log" 2>&1 || { log "build FAILED"; exit 1; }
+log() { echo "$(date -u +%T) $*" | tee -a "$OUT/summary.txt"; tar czf "$OUT/logs.tgz" -C "$L/.." logs; }
+./build.sh target 90 >"$L/build.log" 2>&1 || { log "build FAILED"; exit 1; }
 log "build ok ${CS1_GIT_DESCRIBE:-}"
-(python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$OUT/checkpoint.log" 2>&1) &
+(python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$L/checkpoint.log" 2>&1) &
 ckpt_pid=$!
-if timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_norm.py >"$OUT/test_norm.log" 2>&1; then
-  log "test_norm: $(tail -n1 "$OUT/test_norm.log")"
+if timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_norm.py >"$L/test_norm.log" 2>&1; then
+  log "test_norm: $(tail -n1 "$L/test_norm.log")"
 else
-  log "test_norm FAILED: $(tail -n1 "$OUT/test_norm.log")"
-  cp .fallback/native/norm.cu native/norm.cu && ./build.sh target 90 >"$OUT/build_fallback.log" 2>&1
-  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_norm.py >"$OUT/test_norm_fallback.log" 2>&1
-  log "fallback norm.cu: $(tail -n1 "$OUT/test_norm_fallback.log")"
+  log "test_norm FAILED: $(tail -n1 "$L/test_norm.log")"
+  cp .fallback/native/norm.cu native/norm.cu && ./build.sh target 90 >"$L/build_fallback.log" 2>&1
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_norm.py >"$L/test_norm_fallback.log" 2>&1
+  log "fallback norm.cu: $(tail -n1 "$L/test_norm_fallback.log")"
 fi
 timeout 40 python3 -m benchmarks.kernel_times --lengths 128,2048 --output "$OUT/kernel_times.json" \
-  >"$OUT/kernel_times.log" 2>&1
-log "kernel_times rc=$? $(grep -E "add_rms_norm" "$OUT/kernel_times.log" | tr -s ' ' | tr '\n' ';')"
+  >"$L/kernel_times.log" 2>&1
+log "kernel_times rc=$? $(grep -E "add_rms_norm" "$L/kernel_times.log" | tr -s ' ' | tr '\n' ';')"
 wait $ckpt_pid
-log "checkpoint: $(tail -n1 "$OUT/checkpoint.log")"
-OUT=$OUT/http ARMS=native TRAVERSALS=${TRAVERSALS:-1} timeout 120 bash scripts/gpu_http_bench.sh >"$OUT/http.log" 2>&1
+log "checkpoint: $(tail -n1 "$L/checkpoint.log")"
+OUT=$OUT/http ARMS=native TRAVERSALS=${TRAVERSALS:-1} timeout 120 bash scripts/gpu_http_bench.sh >"$L/http.log" 2>&1
 log "http rc=$? $(grep -E "latency" "$OUT/http/summary.txt" 2>/dev/null)"
-timeout 90 python3 -m benchmarks.inprocess "$CKPT" --repeat 10 --output "$OUT/inprocess.json" >"$OUT/inprocess.log" 2>&1
+timeout 90 python3 -m benchmarks.inprocess "$CKPT" --repeat 10 --output "$OUT/inprocess.json" >"$L/inprocess.log" 2>&1
 log "inprocess rc=$?"
