@@ -43,6 +43,16 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("uvicorn.access").disabled = True
 
 
+def event_loop(choice: str) -> str:
+    """uvicorn's loop for the --event-loop choice; 'uvloop' without the package is a clear start-up error."""
+    installed = importlib.util.find_spec("uvloop") is not None
+    if choice == "uvloop" and not installed:
+        raise SystemExit("--event-loop uvloop: the uvloop package is not installed (pip install uvloop)")
+    loop = "uvloop" if choice == "uvloop" or (choice == "auto" and installed) else "asyncio"
+    logging.getLogger("server").info("event loop: %s (--event-loop %s)", loop, choice)
+    return loop
+
+
 def main(argv=None) -> int:
     settings = parse(argv)
     _setup_logging(settings.log_level)
@@ -50,7 +60,7 @@ def main(argv=None) -> int:
     app = create_app(settings, runtime)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on",
-        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        loop=event_loop(settings.event_loop),
         http="httptools" if importlib.util.find_spec("httptools") else "h11",
         timeout_graceful_shutdown=int(settings.graceful_timeout) + 5, limit_concurrency=4096, workers=1)
     DrainingServer(config, runtime).run()

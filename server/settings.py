@@ -30,6 +30,7 @@ class Settings:
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
+    event_loop: str = "auto"
 
     def public(self) -> dict:
         """For /info and the start-up log (no secrets exist today; keep it that way)."""
@@ -77,9 +78,11 @@ FLAGS: list[tuple[str, type | object, str]] = [
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
+    ("event-loop", str, "'auto' (uvloop when installed, else asyncio), 'uvloop' or 'asyncio' (logged at start-up; "
+                        "the host-path bench measured no difference between them)"),
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
-           "log-level": ("debug", "info", "warning", "error")}
+           "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -56,3 +56,17 @@ def test_a_checkpoint_that_cannot_load_exits_with_status_2(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "start-up failed" in out.stderr and "missing" in out.stderr
     assert "CC BY-NC 4.0" in out.stderr  # the licence line comes first, whatever happens next
+
+
+def test_event_loop_choice(monkeypatch):
+    import importlib.util
+
+    from server.__main__ import event_loop
+
+    installed = importlib.util.find_spec("uvloop") is not None
+    assert event_loop("asyncio") == "asyncio"
+    assert event_loop("auto") == ("uvloop" if installed else "asyncio")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else object())
+    assert event_loop("auto") == "asyncio"
+    with pytest.raises(SystemExit, match="uvloop package is not installed"):
+        event_loop("uvloop")
