@@ -13,24 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_gdn import conv_reference  # the one float64 conv reference (fp32 tap sum in kernel order)
 
 from startlux_native import bf16
-
-
-def conv_reference(x: np.ndarray, w: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """x [T, ch] float32 bf16 values, w [ch, 4], positions [T] -> float64 silu(sum_j w[:, j] x[t - 3 + j]) with taps
-    j skipped where positions[t] < 3 - j; fp32 accumulation in tap order j = 0..3."""
-    t = x.shape[0]
-    acc = np.zeros(x.shape, dtype=np.float32)
-    for j in range(4):
-        back = 3 - j
-        shifted = np.zeros(x.shape, dtype=np.float32)
-        if back < t:
-            shifted[back:] = x[: t - back]
-        tap = np.where((positions >= back)[:, None], shifted, np.float32(0.0))
-        acc += tap * w[None, :, j]
-    a = acc.astype(np.float64)
-    return a / (1.0 + np.exp(-a))
 
 
 def packed_positions(rng, t: int, padding: int) -> np.ndarray:
