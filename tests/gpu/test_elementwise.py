@@ -11,17 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from device_inputs import EPS, ROWS, rand_bf16
 
 from startlux_native import bf16
-
-ROWS = [1, 63, 64, 65, 640, 700, 2048, 4097]
-EPS = 1e-6
-
-
-def rand_bf16(rng, shape, scale=1.0) -> np.ndarray:
-    v = (scale * rng.standard_normal(shape)).astype(np.float32)
-    v[v == 0] = 1e-3
-    return bf16.to_bits(v)
 
 
 def f64(bits):

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from device_inputs import ROWS, rand_bf16
 
 from startlux_native import bf16
 
-ROWS = [1, 63, 64, 65, 640, 700, 2048, 4097]
 # (N, K) of the 4B: GDN in, attention in, MLP gate|up, GDN out / o_proj, down
 SHAPES = [(12352, 2560), (10240, 2560), (18432, 2560), (2560, 4096), (2560, 9216)]
 TOL = 1e-2
 
 
 _WEIGHTS: dict[tuple[int, int], np.ndarray] = {}  # one random weight per (N, K) per session: generation is slow
-
-
-def rand_bf16(rng, shape, scale=1.0) -> np.ndarray:
-    v = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
-    v[v == 0] = 1e-3
-    return bf16.to_bits(v)
 
 
 def weight(rng, N, K) -> np.ndarray:
