@@ -71,31 +71,31 @@ class _CountOnly:
         return np.zeros((len(rows), 26), np.float32)
 
 
-def total_tokens(engine: Engine, state: dict) -> int:
-    _, usage = engine.decide(state, QUESTIONS)  # QUESTIONS may be reworded by main() (see SEVERITY_WORDINGS)
+def total_tokens(engine: Engine, state: dict, questions: dict) -> int:
+    _, usage = engine.decide(state, questions)
     return usage["input_tokens"]
 
 
-def build_state(engine: Engine, target: int) -> tuple[dict, int]:
+def build_state(engine: Engine, target: int, questions: dict) -> tuple[dict, int]:
     """The longest thread prefix under the target, then filler words until the three prompts total `target`."""
     def state(sentences: list[str], tail: str = "") -> dict:
         return {"channel": "app", "customer_tier": "gold", "order": "#4411",
                 "thread": " ".join(sentences) + tail}
     used: list[str] = []
     for s in THREAD:
-        if total_tokens(engine, state(used + [s])) > target:
+        if total_tokens(engine, state(used + [s]), questions) > target:
             break
         used.append(s)
     tail = ""
     for _ in range(400):  # each word adds 3 tokens (one per prompt); a 1- or 2-token remainder needs punctuation
-        n = total_tokens(engine, state(used, tail))
+        n = total_tokens(engine, state(used, tail), questions)
         if n == target:
             return state(used, tail), n
         if n > target:
             break
         gap = target - n
         tail += " Thanks." if gap >= 6 else (" ok" if gap >= 3 else "!")
-    n = total_tokens(engine, state(used, tail))
+    n = total_tokens(engine, state(used, tail), questions)
     return state(used, tail), n
 
 
@@ -109,14 +109,14 @@ def main(argv=None) -> int:
     # The evidence is in every prompt, so it moves the total in steps of 3; the score question's wording sets the
     # remainder.
     for wording in SEVERITY_WORDINGS:
-        QUESTIONS["severity"]["instructions"] = wording
-        state, n = build_state(engine, args.tokens)
+        questions = {**QUESTIONS, "severity": {**QUESTIONS["severity"], "instructions": wording}}
+        state, n = build_state(engine, args.tokens, questions)
         if n == args.tokens:
             break
     if n != args.tokens:
         print(f"reached {n} tokens, not {args.tokens}", file=sys.stderr)
         return 1
-    lines = [json.dumps({"id": f"three-fields-{i:03d}", "request": {"state": state, "questions": QUESTIONS}},
+    lines = [json.dumps({"id": f"three-fields-{i:03d}", "request": {"state": state, "questions": questions}},
                         ensure_ascii=False, separators=(",", ":")) for i in range(args.copies)]
     data = ("\n".join(lines) + "\n").encode()
     args.output.write_bytes(data)
