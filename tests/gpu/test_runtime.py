@@ -112,3 +112,92 @@ def test_sync_during_capture_fails_cleanly_then_capture_works(gpu, rng):
     # nothing sticky: ordinary work and a new capture both succeed
     gpu.sync()
     test_graph_replay_reads_new_inputs(gpu, rng)
+
+
+# ---- events and the L2 prefetch ----------------------------------------------------------------------------------
+
+def new_stream(gpu):
+    p = gpu.ffi.new("void **")
+    gpu.lib.cs1_stream_create(p)
+    return p[0]
+
+
+def new_event(gpu):
+    p = gpu.ffi.new("void **")
+    gpu.lib.cs1_event_create(p)
+    return p[0]
+
+
+@pytest.mark.parametrize("nbytes", [16, 4097 * 16, (21 << 20) + 16])
+def test_l2_prefetch_changes_no_memory(gpu, rng, nbytes):
+    """The range (and 4 KiB on each side) reads back byte for byte after the prefetch; sizes not multiples of the
+    16 KiB bulk piece included."""
+    l2 = gpu.ffi.new("size_t *")
+    gpu.lib.cs1_device_l2_bytes(0, l2)
+    print(f"L2 {l2[0] / 2**20:.1f} MiB")
+    assert l2[0] >= 1 << 20
+    pad = 4096
+    data = rng.integers(0, 256, nbytes + 2 * pad, dtype=np.uint8)
+    buf = gpu.upload(data)
+    gpu.lib.cs1_l2_prefetch(buf.at(pad), nbytes, gpu.stream)
+    gpu.sync()
+    assert (gpu.download(buf, np.uint8, data.shape) == data).all()
+
+
+def test_l2_prefetch_argument_checks(gpu):
+    raw, ffi = gpu.lib.raw, gpu.ffi
+    buf = gpu.empty(1 << 16)
+    assert raw.cs1_l2_prefetch(ffi.NULL, 16, gpu.stream) == 2003
+    assert raw.cs1_l2_prefetch(buf.at(8), 16, gpu.stream) == 2002
+    assert raw.cs1_l2_prefetch(buf.ptr, 24, gpu.stream) == 2001
+    assert raw.cs1_l2_prefetch(ffi.NULL, 0, gpu.stream) == 0  # empty work: nothing launched, nothing checked
+    assert raw.cs1_event_record(ffi.NULL, gpu.stream) == 2003
+    assert raw.cs1_stream_wait_event(gpu.stream, ffi.NULL) == 2003
+    assert raw.cs1_event_destroy(ffi.NULL) == 0
+    gpu.sync()
+
+
+def test_events_order_two_streams_eagerly_and_inside_a_capture(gpu, rng):
+    """main: upload x → record fork; side: wait fork → copy x → y → record join; main: wait join → copy y → z.
+    z must be x (a missing wait would copy stale y), eagerly and in three replays of a captured graph."""
+    nbytes = 8 << 20  # long enough that a copy racing ahead of the previous one would read stale bytes
+    host, view = pinned(gpu, nbytes)
+    side, fork, join = new_stream(gpu), new_event(gpu), new_event(gpu)
+    x, y, z = gpu.empty(nbytes), gpu.empty(nbytes), gpu.empty(nbytes)
+    lib = gpu.lib
+
+    def enqueue():
+        lib.cs1_upload_async(x.ptr, host, nbytes, gpu.stream)
+        lib.cs1_event_record(fork, gpu.stream)
+        lib.cs1_stream_wait_event(side, fork)
+        lib.cs1_copy_dd(y.ptr, x.ptr, nbytes, side)
+        lib.cs1_l2_prefetch(y.ptr, nbytes, side)
+        lib.cs1_event_record(join, side)
+        lib.cs1_stream_wait_event(gpu.stream, join)
+        lib.cs1_copy_dd(z.ptr, y.ptr, nbytes, gpu.stream)
+
+    try:
+        view[:] = rng.integers(0, 256, nbytes, dtype=np.uint8)
+        lib.cs1_memset_async(y.ptr, 0xFF, nbytes, gpu.stream)
+        enqueue()
+        gpu.sync()
+        assert (gpu.download(z, np.uint8, (nbytes,)) == view).all()
+        lib.cs1_graph_begin(gpu.stream)
+        enqueue()
+        g = gpu.ffi.new("void **")
+        lib.cs1_graph_end(gpu.stream, g)
+        try:
+            for _ in range(3):
+                view[:] = rng.integers(0, 256, nbytes, dtype=np.uint8)
+                lib.cs1_memset_async(y.ptr, 0xFF, nbytes, gpu.stream)
+                lib.cs1_graph_launch(g[0], gpu.stream)
+                gpu.sync()
+                assert (gpu.download(z, np.uint8, (nbytes,)) == view).all()
+        finally:
+            lib.cs1_graph_destroy(g[0])
+    finally:
+        lib.cs1_stream_sync(side)
+        lib.cs1_stream_destroy(side)
+        lib.cs1_event_destroy(fork)
+        lib.cs1_event_destroy(join)
+        lib.cs1_host_free(host)
