@@ -1,15 +1,11 @@
 """In-process single-prompt latency of a backend next to the physical floor.
 
     python -m benchmarks.inprocess CHECKPOINT [--lengths 128,512,...] [--backend cuda] [--output FILE.json]
-        [--l2-prefetch-mb 0,24]
 
 For each length: one prompt of random token ids (never zeros), warm-up, then --repeat timed calls of
 backend.letter_logits (host clock around the whole call: upload, forward, 26-logit download). The floor is
 max(weight bytes / measured copy bandwidth, FLOPs / measured bf16 GEMM peak), both measured here with torch
 on the same GPU (skipped when torch has no CUDA).
-
---l2-prefetch-mb A,B,...: arms of the CUDA backend's L2 prefetch budget (MiB; 0 = off), timed interleaved call by
-call (A, B, A, B, ...) so that drift hits every arm alike; one row per arm. Default: the backend's own setting.
 """
 
 from __future__ import annotations
@@ -94,8 +90,6 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--graphs", choices=["on", "off", "both"], default="both",
                    help="CUDA graph replay (on), eager launches (off), or both side by side (default)")
-    p.add_argument("--l2-prefetch-mb", default=None,
-                   help="comma-separated L2 prefetch budgets in MiB, timed interleaved (cuda backend only)")
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
@@ -109,14 +103,6 @@ def main(argv=None) -> int:
     else:
         from startlux_native.reference import ReferenceBackend
         backend = ReferenceBackend(ckpt)
-    arms: list = [None]
-    if args.l2_prefetch_mb is not None and args.backend == "cuda":
-        arms = [float(x) for x in args.l2_prefetch_mb.split(",")]
-
-    def set_arm(arm):
-        if arm is not None:
-            backend.set_l2_prefetch(arm)
-
     rng = np.random.default_rng(args.seed)
     commit = os.environ.get("CS1_GIT_DESCRIBE") or subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
@@ -130,35 +116,28 @@ def main(argv=None) -> int:
         for graphs in modes:
             if args.backend == "cuda":
                 backend.graphs_enabled = graphs
-            times: dict = {arm: [] for arm in arms}
-            for arm in arms:
-                set_arm(arm)
-                for _ in range(args.warmup):
-                    backend.letter_logits([ids])
+            for _ in range(args.warmup):
+                backend.letter_logits([ids])
+            times = []
             for _ in range(args.repeat):
-                for arm in arms:
-                    set_arm(arm)
-                    t0 = time.perf_counter()
-                    backend.letter_logits([ids])
-                    times[arm].append((time.perf_counter() - t0) * 1e3)
-            for arm, ts in times.items():
-                ts.sort()
-                row = {"tokens": length, "graphs": graphs, "l2_prefetch_mb": arm, "p50_ms": statistics.median(ts),
-                       "min_ms": ts[0], "p95_ms": ts[max(0, -(-len(ts) * 95 // 100) - 1)],
-                       "weight_bytes": weight_bytes, "flops": flops, "floor_ms": floor_ms,
-                       "ratio_to_floor": (statistics.median(ts) / floor_ms) if floor_ms else None}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                t0 = time.perf_counter()
+                backend.letter_logits([ids])
+                times.append((time.perf_counter() - t0) * 1e3)
+            times.sort()
+            row = {"tokens": length, "graphs": graphs, "p50_ms": statistics.median(times), "min_ms": times[0],
+                   "p95_ms": times[max(0, -(-len(times) * 95 // 100) - 1)], "weight_bytes": weight_bytes,
+                   "flops": flops, "floor_ms": floor_ms,
+                   "ratio_to_floor": (statistics.median(times) / floor_ms) if floor_ms else None}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     result = {"commit": commit, "checkpoint": str(Path(args.checkpoint).resolve()), "backend": args.backend,
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
-    print(f"\n{'tokens':>7} {'graphs':>6} {'L2 MiB':>7} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}")
+    print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}")
     for r in rows:
-        arm = "-" if r["l2_prefetch_mb"] is None else f"{r['l2_prefetch_mb']:g}"
         fl = f"{r['floor_ms']:.3f}" if r["floor_ms"] else "-"
         ra = f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "-"
-        print(f"{r['tokens']:>7} {str(r['graphs']):>6} {arm:>7} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} "
-              f"{ra:>8}")
+        print(f"{r['tokens']:>7} {str(r['graphs']):>6} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} {ra:>8}")
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2))
     return 0

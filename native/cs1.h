@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 3
+#define CS1_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,8 +61,6 @@ int cs1_get_device(int *device);
 /* compute capability, multiprocessor count and total memory of a device */
 int cs1_device_info(int device, int *cc_major, int *cc_minor, int *sm_count, size_t *total_bytes);
 int cs1_mem_info(size_t *free_bytes, size_t *total_bytes);
-/* size of a device's L2 cache in bytes */
-int cs1_device_l2_bytes(int device, size_t *bytes);
 
 /* ---- memory ------------------------------------------------------------------------------------------ */
 int cs1_malloc(void **ptr, size_t bytes);
@@ -77,12 +75,6 @@ int cs1_host_free(void *ptr);
 int cs1_stream_create(void **stream);     /* a non-blocking stream */
 int cs1_stream_sync(void *stream);
 int cs1_stream_destroy(void *stream);
-/* events order work between streams (also inside a graph capture: a stream that waits on an event recorded in
- * the capturing stream joins the capture, and must be joined back before cs1_graph_end) */
-int cs1_event_create(void **event);       /* timing disabled */
-int cs1_event_destroy(void *event);
-int cs1_event_record(void *event, void *stream);
-int cs1_stream_wait_event(void *stream, void *event);
 
 /* ---- copies ------------------------------------------------------------------------------------------ */
 int cs1_upload(void *dst, const void *src, size_t bytes, void *stream);              /* H2D, then wait */
@@ -90,10 +82,6 @@ int cs1_upload_async(void *dst, const void *pinned_src, size_t bytes, void *stre
 int cs1_download(void *dst, const void *src, size_t bytes, void *stream);            /* D2H, then wait */
 int cs1_download_async(void *pinned_dst, const void *src, size_t bytes, void *stream);/* D2H, queued only */
 int cs1_copy_dd(void *dst, const void *src, size_t bytes, void *stream);             /* D2D, queued only */
-/* queue-only hint: pull [ptr, ptr + bytes) from HBM into L2 (ptr 16-byte aligned, bytes a multiple of 16), on a
- * few SMs. Changes no memory. Meant for a side stream: the next weight-streaming GEMM's weights arrive in L2 while
- * latency-bound kernels leave the HBM idle. */
-int cs1_l2_prefetch(const void *ptr, size_t bytes, void *stream);
 
 /* ---- graph capture (thread-local capture mode; failures clear the sticky capture error) ---------------- */
 int cs1_graph_begin(void *stream);

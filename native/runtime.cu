@@ -1,4 +1,4 @@
-// runtime.cu: identity, status strings, device, memory, streams, events, copies and graph capture.
+// runtime.cu: identity, status strings, device, memory, streams, copies and graph capture.
 #include <stdio.h>
 
 #include <mutex>
@@ -100,15 +100,6 @@ extern "C" int cs1_device_info(int device, int *cc_major, int *cc_minor, int *sm
     return 0;
 }
 
-extern "C" int cs1_device_l2_bytes(int device, size_t *bytes) {
-    CS1_REQUIRE_PTR(bytes);
-    *bytes = 0;
-    int l2 = 0;
-    CS1_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-    *bytes = size_t(l2);
-    return 0;
-}
-
 extern "C" int cs1_mem_info(size_t *free_bytes, size_t *total_bytes) {
     CS1_REQUIRE(free_bytes && total_bytes, CS1_ERR_NULL);
     CS1_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
@@ -171,35 +162,6 @@ extern "C" int cs1_stream_sync(void *stream) {
 extern "C" int cs1_stream_destroy(void *stream) {
     if (!stream) return 0;  // the legacy default stream is never destroyed
     CS1_CUDA(cudaStreamDestroy(cs1_stream(stream)));
-    return 0;
-}
-
-// ---- events -------------------------------------------------------------------------------------------------------
-
-extern "C" int cs1_event_create(void **event) {
-    CS1_REQUIRE_PTR(event);
-    *event = nullptr;
-    cudaEvent_t e = nullptr;
-    CS1_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    *event = e;
-    return 0;
-}
-
-extern "C" int cs1_event_destroy(void *event) {
-    if (!event) return 0;
-    CS1_CUDA(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)));
-    return 0;
-}
-
-extern "C" int cs1_event_record(void *event, void *stream) {
-    CS1_REQUIRE_PTR(event);
-    CS1_CUDA(cudaEventRecord(reinterpret_cast<cudaEvent_t>(event), cs1_stream(stream)));
-    return 0;
-}
-
-extern "C" int cs1_stream_wait_event(void *stream, void *event) {
-    CS1_REQUIRE_PTR(event);
-    CS1_CUDA(cudaStreamWaitEvent(cs1_stream(stream), reinterpret_cast<cudaEvent_t>(event), 0));
     return 0;
 }
 

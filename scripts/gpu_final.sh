@@ -6,10 +6,7 @@
 # Knobs:
 #   STEPS="tests kernels http inprocess"  the steps to run (default all four, in this order)
 #   SKIP_BUILD=1       reuse target/libqwen3_5_cuda.so when it exists (a warm machine of an earlier call)
-#   L2_ARMS="0 20"     A/B of the L2 prefetch budget (MiB, CS1_L2_PREFETCH_MB): HTTP runs alternate the arms, one
-#                      traversal each, ROUNDS times (default 2), packed into $OUT/http_l2.tar; the in-process
-#                      table times the arms interleaved call by call (--l2-prefetch-mb)
-#   TRAVERSALS=1       measured Public231 passes of the plain (no L2_ARMS) HTTP run
+#   TRAVERSALS=1       measured Public231 passes of the HTTP run
 #   INPROCESS_ARGS     extra arguments of benchmarks.inprocess (e.g. "--lengths 128,2048 --graphs on")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,23 +37,12 @@ if step kernels; then
   log "kernel_times rc=$? $(grep -E "sum of ops" "$L/kernel_times.log" | tr '\n' ';')"
 fi
 [ -z "$ckpt_pid" ] || { wait "$ckpt_pid"; log "checkpoint: $(tail -n1 "$L/checkpoint.log")"; }
-if step http && [ -z "${L2_ARMS:-}" ]; then
+if step http; then
   OUT=$OUT/http ARMS=native TRAVERSALS=${TRAVERSALS:-1} timeout 150 bash scripts/gpu_http_bench.sh >"$L/http.log" 2>&1
   log "http rc=$? $(grep -E "latency" "$OUT/http/summary.txt" 2>/dev/null)"
-elif step http; then
-  for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
-    for arm in $L2_ARMS; do
-      CS1_L2_PREFETCH_MB=$arm OUT=$OUT/http-l2-$arm-r$r ARMS=native TRAVERSALS=1 timeout 120 \
-        bash scripts/gpu_http_bench.sh >"$L/http-l2-$arm-r$r.log" 2>&1
-      log "http L2 $arm MiB round $r: rc=$? $(grep -E "latency" "$OUT/http-l2-$arm-r$r/summary.txt" 2>/dev/null)"
-    done
-  done
-  (cd "$OUT" && tar cf http_l2.tar http-l2-* && rm -rf http-l2-*)  # one file back instead of two per run
 fi
 if step inprocess; then
-  arms=()
-  [ -z "${L2_ARMS:-}" ] || arms=(--l2-prefetch-mb "$(echo $L2_ARMS | tr ' ' ',')")
-  timeout 150 python3 -m benchmarks.inprocess "$CKPT" --repeat 10 "${arms[@]}" ${INPROCESS_ARGS:-} \
+  timeout 150 python3 -m benchmarks.inprocess "$CKPT" --repeat 10 ${INPROCESS_ARGS:-} \
     --output "$OUT/inprocess.json" >"$L/inprocess.log" 2>&1
   log "inprocess rc=$?"
   sed -n '/^ *tokens/,$p' "$L/inprocess.log" | tee -a "$OUT/summary.txt"

@@ -9,17 +9,11 @@ the kernels treat rows at or after cu_seqlens[n] as padding, so padding never re
 for one (padded length, row count) is captured once into a CUDA graph and replayed; eager and graph runs execute the
 same kernels with the same arguments, so they are bit-identical (checked at start-up by self_check(), which drops
 the graphs if they ever differ). A call larger than max_tokens / max_rows runs as several forwards.
-
-L2 prefetch (l2_prefetch_mb, $CS1_L2_PREFETCH_MB): right after a mixer's input projection, a side stream pulls the
-weights of the next projections (the mixer's output projection, then the head of gate_up) into L2, while the
-latency-bound conv / delta-rule / attention kernels leave the HBM idle; the main stream waits for it before the output
-projection. The prefetch writes nothing, so the logits are the same bytes with or without it.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,8 +39,6 @@ PAD_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(ra
               + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
 MAX_GRAPHS = 128
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
-L2_PREFETCH_ENV = "CS1_L2_PREFETCH_MB"
-L2_PREFETCH_DEFAULT_MB = 0.0  # off until the H200 A/B (benchmarks/LEVERS.md) says otherwise
 
 
 def _round_up(n: int, m: int) -> int:
@@ -108,7 +100,7 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
-                 max_rows: int = 256, graphs: bool = True, l2_prefetch_mb: float | None = None):
+                 max_rows: int = 256, graphs: bool = True):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -127,14 +119,12 @@ class CudaBackend:
         self.pad_token = PAD_TOKEN if PAD_TOKEN < cfg.vocab_size else 0
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
-        # (padded T, rows, attention mode, L2 prefetch bytes) -> graph exec
-        self._graphs: dict[tuple[int, int, str, int], object] = {}
+        self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
         self.graph_replays = 0
         self._lock = threading.Lock()
         self._allocations: list = []
         self._host_allocations: list = []
-        self.stream = self.gemm = self.side_stream = None
-        self._events: list = []
+        self.stream = self.gemm = None
         self.weight_bytes = 0
         try:
             self._call("cs1_set_device", self.device)
@@ -146,7 +136,6 @@ class CudaBackend:
             self.gemm = g[0]
             self._load_weights()
             self._allocate_scratch()
-            self.set_l2_prefetch(l2_prefetch_mb)
         except BaseException:
             self.close()
             raise
@@ -289,65 +278,6 @@ class CudaBackend:
         self.host_logits_view = np.frombuffer(self.ffi.buffer(self.host_logits, rows * N_LETTERS * F32),
                                               dtype=np.float32)
 
-    def set_l2_prefetch(self, mb: float | None) -> None:
-        """Plan the per-layer L2 prefetch for a budget of `mb` MiB (None: $CS1_L2_PREFETCH_MB, else the default;
-        0 = off), capped at the device's L2 size."""
-        with self._lock:
-            self._plan_l2_prefetch(mb)
-
-    def _plan_l2_prefetch(self, mb: float | None) -> None:
-        if mb is None:
-            text = os.environ.get(L2_PREFETCH_ENV, "").strip()
-            try:
-                mb = float(text) if text else L2_PREFETCH_DEFAULT_MB
-            except ValueError:
-                raise BackendError(f"{L2_PREFETCH_ENV}={text!r} is not a number of MiB") from None
-        if not (mb >= 0 and math.isfinite(mb)):
-            raise BackendError(f"L2 prefetch budget must be a finite number of MiB >= 0, got {mb!r}")
-        l2 = self.ffi.new("size_t *")
-        self._call("cs1_device_l2_bytes", self.device, l2)
-        self.l2_bytes = int(l2[0])
-        budget = min(int(mb * (1 << 20)), self.l2_bytes) // 16 * 16
-        if budget and self.side_stream is None:
-            for _ in range(2):  # fork, join
-                e = self.ffi.new("void **")
-                self._call("cs1_event_create", e)
-                self._events.append(e[0])
-            st = self.ffi.new("void **")
-            self._call("cs1_stream_create", st)
-            self.side_stream = st[0]
-        h, inter = self.config.hidden_size, self.config.intermediate_size
-        self._prefetch: list[list[tuple[object, int]]] = []
-        for layer in self.layers:
-            m = layer.mixer
-            out_w, out_bytes = ((m.w_out, h * self.value_dim * BF16) if isinstance(m, _GdnLayer)
-                                else (m.w_o, h * self.hq * self.dh * BF16))
-            plan, left = [], budget
-            for ptr, nbytes in ((out_w, out_bytes), (layer.w_gate_up, 2 * inter * h * BF16)):
-                take = min(nbytes, left) // 16 * 16
-                if take:
-                    plan.append((ptr, take))
-                left -= take
-            self._prefetch.append(plan)
-        self.l2_prefetch_bytes = budget  # part of the graph key: graphs of another budget stay valid
-
-    def _fork_prefetch(self, i: int) -> bool:
-        """Queue layer i's prefetch on the side stream after the work queued so far; True when the main stream
-        must join it (_join_prefetch) before the output projection."""
-        plan = self._prefetch[i]
-        if not plan:
-            return False
-        fork, side, L = self._events[0], self.side_stream, self.lib
-        L.cs1_event_record(fork, self.stream)
-        L.cs1_stream_wait_event(side, fork)
-        for ptr, nbytes in plan:
-            L.cs1_l2_prefetch(ptr, nbytes, side)
-        L.cs1_event_record(self._events[1], side)
-        return True
-
-    def _join_prefetch(self) -> None:
-        self.lib.cs1_stream_wait_event(self.stream, self._events[1])
-
     # ---- forward -----------------------------------------------------------------------------------------------
 
     def _groups(self, arrays: list[np.ndarray]) -> list[list[int]]:
@@ -402,7 +332,6 @@ class CudaBackend:
             if isinstance(m, _GdnLayer):
                 proj, ld = b["proj"], self.n_gdn
                 L.cs1_gemm(g, b["x"], h, m.w_in, proj, ld, T, self.n_gdn, h, s)
-                joined = self._fork_prefetch(i)
                 L.cs1_gdn_conv(proj, ld, m.conv_w, positions, b["conv"], T, self.conv_dim, s)
                 L.cs1_gdn_gates(proj + BF16 * (self.conv_dim + self.value_dim), ld, ffi.cast("float *", m.a_log),
                                 ffi.cast("float *", m.dt_bias), beta, gg, T, self.hv, s)
@@ -410,21 +339,16 @@ class CudaBackend:
                                   self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
                 L.cs1_gated_rms_norm(b["gdn_o"], proj + BF16 * self.conv_dim, ld, ffi.cast("float *", m.norm_w),
                                      self.round_weighted, b["ln"], T, self.hv, self.dk, eps, s)
-                if joined:
-                    self._join_prefetch()
                 L.cs1_gemm(g, b["ln"], self.value_dim, m.w_out, b["delta"], h, T, h, self.value_dim, s)
             else:
                 proj, ld = b["proj"], self.n_attn
                 width = self.hq * self.dh
                 L.cs1_gemm(g, b["x"], h, m.w_qkv, proj, ld, T, self.n_attn, h, s)
-                joined = self._fork_prefetch(i)
                 L.cs1_attn_prep(proj, ld, m.q_norm, m.k_norm, positions, ffi.cast("float *", self.inv_freq), b["q"],
                                 b["gate"], b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
                 v = proj + BF16 * (2 * width + self.hkv * self.dh)
                 attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh,
                           1.0 / math.sqrt(self.dh), s)
-                if joined:
-                    self._join_prefetch()
                 L.cs1_gemm(g, b["ao"], width, m.w_o, b["delta"], h, T, h, width, s)
             L.cs1_add_rms_norm(b["res"], b["delta"], layer.post_norm, b["x"], T, h, eps, s)
             inter = cfg.intermediate_size
@@ -462,7 +386,7 @@ class CudaBackend:
         """One padded forward of `arrays` (caller holds the lock): graph replay when one is captured for this
         (padded length, rows, mode); otherwise eager, then capture for the next call."""
         T, n = self._prepare(arrays)
-        key = (T, n, self.attention_mode, self.l2_prefetch_bytes)
+        key = (T, n, self.attention_mode)
         try:
             graph = self._graphs.pop(key, None) if use_graph else None
             if graph is not None:
@@ -566,8 +490,6 @@ class CudaBackend:
             "graphs": self.graph_state,
             "graphs_captured": len(self._graphs),
             "graph_replays": self.graph_replays,
-            "l2_bytes": self.l2_bytes,
-            "l2_prefetch_bytes": self.l2_prefetch_bytes,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),
@@ -591,13 +513,6 @@ class CudaBackend:
         if self.gemm is not None:
             raw.cs1_gemm_destroy(self.gemm)
             self.gemm = None
-        if self.side_stream is not None:
-            raw.cs1_stream_sync(self.side_stream)
-            raw.cs1_stream_destroy(self.side_stream)
-            self.side_stream = None
-        for e in self._events:
-            raw.cs1_event_destroy(e)
-        self._events.clear()
         if self.stream is not None:
             raw.cs1_stream_destroy(self.stream)
             self.stream = None
