@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-from startlux_native import abi, bf16
+from benchmarks.device_buffers import DeviceBuffers
+from startlux_native import abi
 
 H, I, HQ, HKV, DH, HV, HKL = 2560, 9216, 16, 4, 256, 32, 16
 CONV, VDIM = 2 * HKL * 128 + HV * 128, HV * 128
@@ -39,24 +40,8 @@ def main(argv=None) -> int:
     s_ = ffi.new("void **")
     lib.cs1_stream_create(s_)
     s = s_[0]
-    bufs = []
-
-    def up(a):
-        a = np.ascontiguousarray(a)
-        q = ffi.new("void **")
-        lib.cs1_malloc(q, max(a.nbytes, 1))
-        lib.cs1_upload(q[0], ffi.from_buffer(a), a.nbytes, s)
-        bufs.append(q[0])
-        return q[0]
-
-    def rb(*shape, scale=1.0):
-        return bf16.to_bits((scale * rng.standard_normal(shape)).astype(np.float32))
-
-    def empty(n):
-        q = ffi.new("void **")
-        lib.cs1_malloc(q, max(int(n), 1))
-        bufs.append(q[0])
-        return q[0]
+    dev = DeviceBuffers(lib, s, rng)
+    up, empty, rb = dev.up, dev.empty, dev.rb
 
     def timed(fn) -> float:
         fn()  # eager first: lazy set-up (plans, smem attributes) outside the capture

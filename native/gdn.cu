@@ -156,6 +156,40 @@ __device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *sr
     }
 }
 
+// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
+__device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float *out) {
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x >> 5; i < kC; i += kThreads / 32) {
+        const uint2 raw = *reinterpret_cast<const uint2 *>(tile + i * kLdKb + 4 * lane);
+        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
+        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
+        const float ss = warp_sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3);
+        if (lane == 0) out[i] = num / sqrtf(ss + kNormEps);
+    }
+}
+
+// acc[j] = A[m0..m0+15, :] B[n0+8j..n0+8j+7, :]^T over the 128 columns of two bf16 tiles of stride kLdKb
+// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product.
+__device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B, int m0, int n0,
+                                                    float acc[4][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t a[4];
+        a[0] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 2 * t);
+        a[1] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 2 * t);
+        a[2] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
+        a[3] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bf16 *brow = B + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
+            const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(brow),
+                                   *reinterpret_cast<const uint32_t *>(brow + 8)};
+            mma_bf16(acc[j], a, b);
+        }
+    }
+}
+
 // Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
 // factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
 struct PrepSmem {
@@ -195,13 +229,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     }
     cp_async_wait_all();
     __syncthreads();
-    for (int i = warp; i < kC; i += kThreads / 32) {  // 1 / sqrt(|k_i|^2 + eps)
-        const uint2 raw = *reinterpret_cast<const uint2 *>(sm.K + i * kLdKb + 4 * lane);
-        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
-        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
-        const float ss = warp_sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3);
-        if (lane == 0) sm.rk[i] = 1.0f / sqrtf(ss + kNormEps);
-    }
+    row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
     if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
         float lo = sm.gam[lane], hi = sm.gam[32 + lane];
 #pragma unroll
@@ -223,21 +251,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
        // columns 32 (w / 4)..
         const int gq = lane >> 2, t = lane & 3, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
         float acc[4][4] = {};
-#pragma unroll 2
-        for (int k0 = 0; k0 < kD; k0 += 16) {
-            uint32_t a[4];
-            a[0] = *reinterpret_cast<const uint32_t *>(sm.K + (m0 + gq) * kLdKb + k0 + 2 * t);
-            a[1] = *reinterpret_cast<const uint32_t *>(sm.K + (m0 + gq + 8) * kLdKb + k0 + 2 * t);
-            a[2] = *reinterpret_cast<const uint32_t *>(sm.K + (m0 + gq) * kLdKb + k0 + 8 + 2 * t);
-            a[3] = *reinterpret_cast<const uint32_t *>(sm.K + (m0 + gq + 8) * kLdKb + k0 + 8 + 2 * t);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const bf16 *krow = sm.K + (n0 + 8 * j + gq) * kLdKb + k0 + 2 * t;
-                const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(krow),
-                                       *reinterpret_cast<const uint32_t *>(krow + 8)};
-                mma_bf16(acc[j], a, b);
-            }
-        }
+        mma_rows_bf16_16x32(sm.K, sm.K, m0, n0, acc);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -477,33 +491,13 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-    for (int i = warp; i < kC; i += kThreads / 32) {  // qs_i = scale / sqrt(|q_i|^2 + eps)
-        const uint2 raw = *reinterpret_cast<const uint2 *>(sm.Q + i * kLdKb + 4 * lane);
-        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
-        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
-        const float ss = warp_sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3);
-        if (lane == 0) sm.qs[i] = scale / sqrtf(ss + kNormEps);
-    }
+    row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
     __syncthreads();
     const int m0 = 16 * (warp & 3);
     {  // P
         const int n0 = 32 * (warp >> 2);
         float acc[4][4] = {};
-#pragma unroll 2
-        for (int k0 = 0; k0 < kD; k0 += 16) {
-            uint32_t a[4];
-            a[0] = *reinterpret_cast<const uint32_t *>(sm.Q + (m0 + g) * kLdKb + k0 + 2 * t);
-            a[1] = *reinterpret_cast<const uint32_t *>(sm.Q + (m0 + g + 8) * kLdKb + k0 + 2 * t);
-            a[2] = *reinterpret_cast<const uint32_t *>(sm.Q + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
-            a[3] = *reinterpret_cast<const uint32_t *>(sm.Q + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const bf16 *krow = sm.K + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
-                const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(krow),
-                                       *reinterpret_cast<const uint32_t *>(krow + 8)};
-                mma_bf16(acc[j], a, b);
-            }
-        }
+        mma_rows_bf16_16x32(sm.Q, sm.K, m0, n0, acc);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll

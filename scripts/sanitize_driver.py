@@ -7,7 +7,8 @@ import sys
 
 import numpy as np
 
-from startlux_native import abi, bf16
+from benchmarks.device_buffers import DeviceBuffers
+from startlux_native import abi
 
 lib = abi.load()
 ffi = lib.ffi
@@ -15,28 +16,8 @@ rng = np.random.default_rng(0)
 s = ffi.new("void **")
 lib.cs1_stream_create(s)
 stream = s[0]
-bufs = []
-
-
-def up(a):
-    a = np.ascontiguousarray(a)
-    p = ffi.new("void **")
-    lib.cs1_malloc(p, max(a.nbytes, 1))
-    lib.cs1_upload(p[0], ffi.from_buffer(a), a.nbytes, stream)
-    bufs.append(p[0])
-    return p[0]
-
-
-def empty(n):
-    p = ffi.new("void **")
-    lib.cs1_malloc(p, max(n, 1))
-    lib.cs1_memset_async(p[0], 0xFF, n, stream)  # poisoned: NaN in bf16 and fp32
-    bufs.append(p[0])
-    return p[0]
-
-
-def rb(*shape, scale=1.0):
-    return bf16.to_bits((scale * rng.standard_normal(shape)).astype(np.float32))
+dev = DeviceBuffers(lib, stream, rng)
+up, empty, rb = dev.up, dev.empty, dev.rb
 
 
 def i32(p):
@@ -98,8 +79,6 @@ for T in [int(a) for a in sys.argv[1:]]:
                            stream)
     lib.cs1_stream_sync(stream)
     lib.cs1_gemm_destroy(hg[0])
-    for p in bufs:
-        lib.cs1_free(p)
-    bufs.clear()
+    dev.free_all()
     print(f"T={T}: all kernels ran", flush=True)
 print("sanitizer driver done")

@@ -1,0 +1,43 @@
+"""Device buffers for the kernel drivers (benchmarks.kernel_times, scripts/sanitize_driver.py): uploads, poisoned
+empty buffers and random bf16 operands on one stream, all freed together."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from startlux_native import bf16
+
+
+class DeviceBuffers:
+    def __init__(self, lib, stream, rng: np.random.Generator):
+        self.lib, self.ffi, self.stream, self.rng = lib, lib.ffi, stream, rng
+        self._ptrs: list = []
+
+    def _malloc(self, nbytes: int):
+        p = self.ffi.new("void **")
+        self.lib.cs1_malloc(p, max(int(nbytes), 1))
+        self._ptrs.append(p[0])
+        return p[0]
+
+    def up(self, a: np.ndarray):
+        """A device copy of `a` (waits for the upload)."""
+        a = np.ascontiguousarray(a)
+        p = self._malloc(a.nbytes)
+        self.lib.cs1_upload(p, self.ffi.from_buffer(a), a.nbytes, self.stream)
+        return p
+
+    def empty(self, nbytes: int):
+        """nbytes of device memory poisoned with 0xFF (NaN in bf16 and fp32)."""
+        p = self._malloc(nbytes)
+        self.lib.cs1_memset_async(p, 0xFF, max(int(nbytes), 1), self.stream)
+        return p
+
+    def rb(self, *shape: int, scale: float = 1.0) -> np.ndarray:
+        """Random normal values * scale as bf16 bits (never zeros)."""
+        return bf16.to_bits((scale * self.rng.standard_normal(shape)).astype(np.float32))
+
+    def free_all(self) -> None:
+        self.lib.cs1_stream_sync(self.stream)
+        for p in self._ptrs:
+            self.lib.cs1_free(p)
+        self._ptrs.clear()
