@@ -391,23 +391,24 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         {  // Delta = U - W S
             const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
             float big[2][4] = {}, small[2][4] = {};
+            if (!first)  // S = 0 on a prompt's first chunk: Delta = U exactly
 #pragma unroll 4
-            for (int k0 = 0; k0 < (first ? 0 : kD); k0 += 8) {
-                uint32_t ah[4], al[4];
-                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
-                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
-                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
-                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+                for (int k0 = 0; k0 < kD; k0 += 8) {
+                    uint32_t ah[4], al[4];
+                    tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
+                    tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
+                    tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
+                    tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    uint32_t bh[2], bl[2];
-                    tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
-                    tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
-                    mma_tf32(small[j], ah, bl);
-                    mma_tf32(small[j], al, bh);
-                    mma_tf32(big[j], ah, bh);
+                    for (int j = 0; j < 2; ++j) {
+                        uint32_t bh[2], bl[2];
+                        tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
+                        tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
+                        mma_tf32(small[j], ah, bl);
+                        mma_tf32(small[j], al, bh);
+                        mma_tf32(big[j], ah, bh);
+                    }
                 }
-            }
             float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {

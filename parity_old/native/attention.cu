@@ -1,0 +1,530 @@
+// attention.cu: gated full attention (Qwen3.5 layers 3, 7, ...), FlashAttention-2 style on bf16 tensor cores.
+//
+// out[t, h*256 + d] = bf16( bf16(attn) * bf16(sigmoid(gate)) ), attn = softmax(q k^T * scale) v per prompt.
+// - One block = one (prompt, query tile, q head). Each warp owns 16 query rows; keys stream through shared memory
+//   in tiles of 32 (cp.async: the next K tile loads during P.V, the next V tile during Q.K^T).
+// - mma.sync m16n8k16 bf16 -> fp32, operands through ldmatrix; online softmax in fp32, base 2 (scale * log2 e);
+//   P is rounded to bf16 for P.V; the row sum uses the fp32 P (as FlashAttention-2 does).
+// - Two tiles, 64 query rows / 128 threads and 128 rows / 256 threads, run the same per-warp code over the same
+//   32-key tiles (aligned to the prompt start, skipped per warp by the same rule), so they are byte-identical.
+// - Packed prompts: blocks find their (prompt, tile) by scanning cu_seqlens on the device; rows at or after
+//   cu_seqlens[n_seqs] are padding and get zeros. Causal blocks take a prompt's last (longest) tile first.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "attention_policy.h"
+#include "cs1.h"
+
+namespace {
+
+namespace policy = cs1_attention_policy;
+
+constexpr int kHeadDim = policy::kHeadDim;
+constexpr int kKeyTile = policy::kKeyTileRows;
+constexpr int kRowElems = policy::kSmemRowElems;
+constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per 256-element row
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct AttnParams {
+    const uint16_t *q;     // [T, Hq, 256]
+    const uint16_t *k;     // [T, Hk, 256]
+    const uint16_t *v;     // rows of ldv, head j at v + j*256
+    const uint16_t *gate;  // [T, Hq*256]
+    uint16_t *out;         // [T, Hq*256]
+    const int32_t *cu_seqlens;
+    int64_t ldv;
+    int T;
+    int n_seqs;
+    int Hq;
+    int Hk;
+    int group;  // Hq / Hk
+    float scale_log2;
+};
+
+// ---- small device helpers (local: this file must link next to the other native/*.cu) ---------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes 0 fills the destination with zeros (rows past the prompt end)
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#endif
+}
+
+// c += a (16x16 row-major bf16) * b (16x8 col-major bf16), fp32 accumulate
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// two floats -> bf16x2 (round to nearest even), `lo` in the low half (the lower column)
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+
+__device__ __forceinline__ uint32_t float_to_bf16_bits(float x) {
+    __nv_bfloat16 b = __float2bfloat16_rn(x);
+    return static_cast<uint32_t>(*reinterpret_cast<uint16_t *>(&b));
+}
+
+// bf16(a * bf16(sigmoid(g))) for the two bf16 values packed in each word (a already rounded to bf16)
+__device__ __forceinline__ uint32_t gate_pair(uint32_t a2, uint32_t g2) {
+    uint32_t r = 0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const float a = bf16_bits_to_float((a2 >> (16 * half)) & 0xffffu);
+        const float g = bf16_bits_to_float((g2 >> (16 * half)) & 0xffffu);
+        const float sig = bf16_bits_to_float(float_to_bf16_bits(1.0f / (1.0f + expf(-g))));
+        r |= float_to_bf16_bits(a * sig) << (16 * half);
+    }
+    return r;
+}
+
+// ROWS rows of 256 bf16 from global (row stride ld elements) into shared rows of kRowElems; rows >= valid are zeros.
+// Thread tid copies chunk tid % 32 of rows tid / 32, tid / 32 + NTHREADS / 32, ...
+template <int ROWS, int NTHREADS>
+__device__ __forceinline__ void load_rows_async(uint16_t *s, const uint16_t *g, int64_t ld, int valid, int tid) {
+    static_assert(NTHREADS % kChunksPerRow == 0 && ROWS % (NTHREADS / kChunksPerRow) == 0, "tile split");
+    constexpr int kRowStep = NTHREADS / kChunksPerRow;
+    const int r0 = tid / kChunksPerRow;
+    const int ch = tid % kChunksPerRow;
+    const uint16_t *src = g + r0 * ld + ch * 8;
+    const uint32_t dst = smem_u32(s + r0 * kRowElems + ch * 8);
+#pragma unroll 4
+    for (int i = 0; i < ROWS / kRowStep; ++i) {
+        const int r = r0 + i * kRowStep;
+        const bool ok = r < valid;
+        cp_async_16(dst + i * kRowStep * kRowElems * 2, ok ? src + i * kRowStep * ld : g, ok);
+    }
+}
+
+struct TileWork {
+    int start;  // first row of the segment (prompt or padding)
+    int end;    // one past its last row
+    int tile;   // query tile index inside the segment
+    bool padding;
+};
+
+// Maps a tile slot to (segment, tile) by a warp-parallel scan of cu_seqlens (each warp computes the same answer).
+// Segments are the prompts (clamped to be non-decreasing and inside [0, T]) and then the padding rows [end, T).
+// Returns false when the slot has no work.
+template <int BQ, bool CAUSAL>
+__device__ __forceinline__ bool find_tile(const AttnParams &p, int slot, TileWork &w) {
+    const int lane = threadIdx.x & 31;
+    int prev_end = min(max(__ldg(p.cu_seqlens), 0), p.T);
+    int base = 0;  // tiles in the segments before this group of 32 prompts
+    for (int i0 = 0; i0 < p.n_seqs; i0 += 32) {
+        const int i = i0 + lane;
+        int e = i < p.n_seqs ? __ldg(p.cu_seqlens + i + 1) : INT_MIN;
+        e = max(e, prev_end);
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int o = __shfl_up_sync(kFullMask, e, d);
+            if (lane >= d) e = max(e, o);
+        }
+        e = min(e, p.T);
+        int s = __shfl_up_sync(kFullMask, e, 1);
+        if (lane == 0) s = prev_end;
+        const int n = (e - s + BQ - 1) / BQ;
+        int incl = n;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int o = __shfl_up_sync(kFullMask, incl, d);
+            if (lane >= d) incl += o;
+        }
+        const unsigned hit = __ballot_sync(kFullMask, slot < base + incl);
+        if (hit) {
+            const int src = __ffs(hit) - 1;
+            w.start = __shfl_sync(kFullMask, s, src);
+            w.end = __shfl_sync(kFullMask, e, src);
+            const int count = __shfl_sync(kFullMask, n, src);
+            const int before = base + __shfl_sync(kFullMask, incl - n, src);
+            const int local = slot - before;
+            w.tile = CAUSAL ? count - 1 - local : local;  // causal: longest tile first
+            w.padding = false;
+            return true;
+        }
+        base += __shfl_sync(kFullMask, incl, 31);
+        prev_end = __shfl_sync(kFullMask, e, 31);
+    }
+    const int pad_tiles = (p.T - prev_end + BQ - 1) / BQ;
+    if (slot < base + pad_tiles) {
+        w.start = prev_end;
+        w.end = p.T;
+        w.tile = slot - base;
+        w.padding = true;
+        return true;
+    }
+    return false;
+}
+
+// ---- the kernel -------------------------------------------------------------------------------------------
+
+template <int BQ, bool CAUSAL>
+__global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int kThreads = BQ * 2;
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *sQ = smem;
+    uint16_t *sK = sQ + BQ * kRowElems;
+    uint16_t *sV = sK + kKeyTile * kRowElems;
+
+    const int tid = threadIdx.x;
+    const int head = blockIdx.x % p.Hq;
+    const int slot = blockIdx.x / p.Hq;
+    TileWork w;
+    if (!find_tile<BQ, CAUSAL>(p, slot, w)) return;
+
+    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;  // q, gate and out rows
+    const int row0 = w.tile * BQ;                                 // first query row, relative to the segment
+    const int seq_len = w.end - w.start;
+
+    if (w.padding) {  // padding rows: zeros
+        const int rows = min(BQ, seq_len - row0);
+        uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+        for (int c = tid; c < rows * kChunksPerRow; c += kThreads)
+            *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) =
+                make_uint4(0, 0, 0, 0);
+        return;
+    }
+
+    const int kvh = head / p.group;
+    const int64_t ldk = static_cast<int64_t>(p.Hk) * kHeadDim;
+    const uint16_t *gQ = p.q + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+    const uint16_t *gK = p.k + static_cast<int64_t>(w.start) * ldk + kvh * kHeadDim;
+    const uint16_t *gV = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
+    const int key_end = CAUSAL ? min(seq_len, row0 + BQ) : seq_len;  // keys this block may need
+    const int n_key_tiles = (key_end + kKeyTile - 1) / kKeyTile;
+
+    // groups in flight, in order: [Q + K0] [V0] then per key tile [K next] [V next] (empty at the end)
+    load_rows_async<BQ, kThreads>(sQ, gQ, ldq, min(BQ, seq_len - row0), tid);
+    load_rows_async<kKeyTile, kThreads>(sK, gK, ldk, min(kKeyTile, seq_len), tid);
+    cp_async_commit();
+    load_rows_async<kKeyTile, kThreads>(sV, gV, p.ldv, min(kKeyTile, seq_len), tid);
+    cp_async_commit();
+
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;  // accumulator row (and row + 8)
+    const int t = lane & 3;   // accumulator column pair
+    const int wrow0 = row0 + warp * 16;  // this warp's first row, relative to the segment
+    const bool warp_has_rows = wrow0 < seq_len;
+    const int wrow_last = min(wrow0 + 15, seq_len - 1);
+
+    // per-lane ldmatrix addresses (see the fragment layouts of mma.m16n8k16)
+    const uint32_t q_lane = smem_u32(sQ + (warp * 16 + (lane & 15)) * kRowElems + (lane >> 4) * 8);
+    const uint32_t k_lane = smem_u32(sK + ((lane >> 4) * 8 + (lane & 7)) * kRowElems + ((lane >> 3) & 1) * 8);
+    const uint32_t v_lane = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * kRowElems + (lane >> 4) * 8);
+
+    float acc[kHeadDim / 8][4];
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};  // in scaled base-2 units
+    float row_sum[2] = {0.f, 0.f};              // this thread's partial sums; reduced over the quad at the end
+    uint32_t pa[2][4];                          // P as bf16 A fragments for the two 16-key steps
+
+    for (int kt = 0; kt < n_key_tiles; ++kt) {
+        const int key0 = kt * kKeyTile;
+        cp_async_wait<1>();
+        __syncthreads();
+        // the same rule in both tiles: a warp works on a key tile iff it has a row that may see one of its keys
+        const bool active = warp_has_rows && (!CAUSAL || key0 <= wrow_last);
+        if (active) {
+            float s[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+                uint32_t a[4];
+                ldmatrix_x4(a, q_lane + ks * 32);
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, k_lane + (np * 16 * kRowElems + ks * 16) * 2);
+                    mma_bf16_16816(s[2 * np], a, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
+                }
+            }
+            const bool need_mask = key0 + kKeyTile > seq_len || (CAUSAL && key0 + kKeyTile - 1 > wrow0);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = __fmul_rn(s[j][e], p.scale_log2);
+                    if (need_mask) {
+                        const int key = key0 + j * 8 + 2 * t + (e & 1);
+                        const int row = wrow0 + g + (e >> 1) * 8;
+                        if (key >= seq_len || (CAUSAL && key > row)) x = -INFINITY;
+                    }
+                    s[j][e] = x;
+                }
+            }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {  // explicit _rn arithmetic: no FMA contraction, same bits in both tiles
+                float mx = row_max[r];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+                const float m_use = mx == -INFINITY ? 0.f : mx;  // a row with no key yet: keep it at zero
+                alpha[r] = exp2f(row_max[r] - m_use);
+                row_max[r] = mx;
+                row_sum[r] = __fmul_rn(row_sum[r], alpha[r]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    s[j][2 * r] = exp2f(__fsub_rn(s[j][2 * r], m_use));
+                    s[j][2 * r + 1] = exp2f(__fsub_rn(s[j][2 * r + 1], m_use));
+                    row_sum[r] = __fadd_rn(row_sum[r], __fadd_rn(s[j][2 * r], s[j][2 * r + 1]));
+                }
+            }
+            // rescale the accumulators only when a row maximum moved (x * 1 is exact: skipping changes no bit)
+            if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+                for (int n = 0; n < kHeadDim / 8; ++n) {
+                    acc[n][0] *= alpha[0];
+                    acc[n][1] *= alpha[0];
+                    acc[n][2] *= alpha[1];
+                    acc[n][3] *= alpha[1];
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
+        }
+        __syncthreads();  // everyone is done with this K tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kKeyTile;
+            load_rows_async<kKeyTile, kThreads>(sK, gK + next * ldk, ldk, min(kKeyTile, seq_len - next), tid);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();  // this V tile has landed
+        if (active) {
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+                for (int nd = 0; nd < kHeadDim / 16; ++nd) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, v_lane + (kk * 16 * kRowElems + nd * 16) * 2);
+                    mma_bf16_16816(acc[2 * nd], pa[kk], b[0], b[1]);
+                    mma_bf16_16816(acc[2 * nd + 1], pa[kk], b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads();  // everyone is done with this V tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kKeyTile;
+            load_rows_async<kKeyTile, kThreads>(sV, gV + next * p.ldv, p.ldv, min(kKeyTile, seq_len - next), tid);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+
+    if (!warp_has_rows) return;
+    // Epilogue. Stage bf16(attn) in this warp's own query rows (no other warp reads them), then apply the gate
+    // with 16-byte loads and stores: each iteration is one full 512-byte row.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(kFullMask, l, 1);
+        l += __shfl_xor_sync(kFullMask, l, 2);
+        inv[r] = 1.0f / l;
+    }
+    __syncwarp();
+    uint16_t *sO = sQ + warp * 16 * kRowElems;
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; ++n) {
+        *reinterpret_cast<uint32_t *>(sO + g * kRowElems + n * 8 + 2 * t) =
+            pack_bf16x2(acc[n][0] * inv[0], acc[n][1] * inv[0]);
+        *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + n * 8 + 2 * t) =
+            pack_bf16x2(acc[n][2] * inv[1], acc[n][3] * inv[1]);
+    }
+    __syncwarp();
+    const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
+    for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
+        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
+        uint4 o;
+        o.x = gate_pair(a.x, gt.x);
+        o.y = gate_pair(a.y, gt.y);
+        o.z = gate_pair(a.z, gt.z);
+        o.w = gate_pair(a.w, gt.w);
+        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
+    }
+#endif
+}
+
+// ---- host side ---------------------------------------------------------------------------------------------
+
+// kernel ids for the per-device "dynamic smem attribute set" bits
+constexpr int kernel_id(int tile_rows, bool causal) { return (tile_rows == policy::kWideTileRows ? 2 : 0) + causal; }
+
+const void *kernel_for(int id) {
+    switch (id) {
+        case 0: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, false>);
+        case 1: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, true>);
+        case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
+        case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
+        default: return nullptr;
+    }
+}
+
+struct CudaDeviceApi {
+    static int current_device(int *device) { return static_cast<int>(cudaGetDevice(device)); }
+    static int query_caps(int device, policy::DeviceCaps *caps) {
+        cudaError_t e = cudaDeviceGetAttribute(&caps->cc_major, cudaDevAttrComputeCapabilityMajor, device);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&caps->cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&caps->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        return static_cast<int>(e);
+    }
+    static int set_max_dynamic_smem(int id, int bytes) {
+        const void *fn = kernel_for(id);
+        if (fn == nullptr) return CS1_ERR_UNSUPPORTED;
+        return static_cast<int>(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    }
+};
+
+policy::DeviceCache<CudaDeviceApi> g_device_cache;
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <int BQ, bool CAUSAL>
+int launch_tile(const AttnParams &p, int64_t slots, cudaStream_t stream) {
+    const int bytes = policy::smem_bytes(BQ);
+    const unsigned blocks = static_cast<unsigned>(slots * p.Hq);
+    gated_attention_kernel<BQ, CAUSAL><<<blocks, BQ * 2, bytes, stream>>>(p);
+    return static_cast<int>(cudaGetLastError());
+}
+
+int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
+                         const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
+                         int64_t Dh, float scale, int32_t causal, int32_t tile_rows, void *stream) {
+    if (T < 0 || n_seqs < 0 || (causal != 0 && causal != 1)) return CS1_ERR_SHAPE;
+    if (tile_rows != 0 && tile_rows != policy::kNarrowTileRows && tile_rows != policy::kWideTileRows)
+        return CS1_ERR_SHAPE;
+    if (T == 0) return CS1_OK;
+    if (Dh != kHeadDim) return CS1_ERR_UNSUPPORTED;
+    if (Hq <= 0 || Hk <= 0 || Hq % Hk != 0 || ldv < Hk * kHeadDim || !std::isfinite(scale)) return CS1_ERR_SHAPE;
+    if (T > INT_MAX / 2 || n_seqs > INT_MAX / 2 || Hq > 65536) return CS1_ERR_SHAPE;
+    if (q == nullptr || k == nullptr || v == nullptr || gate == nullptr || cu_seqlens == nullptr || out == nullptr)
+        return CS1_ERR_NULL;
+    if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(gate) || !aligned16(out) || ldv % 8 != 0 ||
+        (reinterpret_cast<uintptr_t>(cu_seqlens) & 3u) != 0)
+        return CS1_ERR_ALIGNMENT;
+
+    int device = -1;
+    policy::DeviceCaps caps;
+    int status = g_device_cache.current(&device, &caps);
+    if (status != 0) return status;
+    if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
+    // automatic: the window is T (the longest prompt's length lives on the device)
+    const int rows = tile_rows != 0 ? tile_rows : policy::choose_tile_rows(caps, T);
+    if (caps.smem_optin < policy::smem_bytes(rows)) return CS1_ERR_UNSUPPORTED;
+    // enough tile slots for every prompt and the padding: sum of ceil(len_i / rows) <= ceil(T / rows) + n_seqs
+    const int64_t slots = (T + rows - 1) / rows + n_seqs;
+    if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
+    status = g_device_cache.ensure_smem(device, kernel_id(rows, causal != 0), policy::smem_bytes(rows));
+    if (status != 0) return status;
+
+    AttnParams p;
+    p.q = static_cast<const uint16_t *>(q);
+    p.k = static_cast<const uint16_t *>(k);
+    p.v = static_cast<const uint16_t *>(v);
+    p.gate = static_cast<const uint16_t *>(gate);
+    p.out = static_cast<uint16_t *>(out);
+    p.cu_seqlens = cu_seqlens;
+    p.ldv = ldv;
+    p.T = static_cast<int>(T);
+    p.n_seqs = static_cast<int>(n_seqs);
+    p.Hq = static_cast<int>(Hq);
+    p.Hk = static_cast<int>(Hk);
+    p.group = static_cast<int>(Hq / Hk);
+    p.scale_log2 = scale * 1.4426950408889634f;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (rows == policy::kWideTileRows)
+        return causal ? launch_tile<policy::kWideTileRows, true>(p, slots, s)
+                      : launch_tile<policy::kWideTileRows, false>(p, slots, s);
+    return causal ? launch_tile<policy::kNarrowTileRows, true>(p, slots, s)
+                  : launch_tile<policy::kNarrowTileRows, false>(p, slots, s);
+}
+
+}  // namespace
+
+extern "C" {
+
+int cs1_attention_gated(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
+                        const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
+                        int64_t Dh, float scale, void *stream) {
+    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 1, 0, stream);
+}
+
+int cs1_attention_gated_bidirectional(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
+                                      const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T,
+                                      int64_t Hq, int64_t Hk, int64_t Dh, float scale, void *stream) {
+    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 0, 0, stream);
+}
+
+int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
+                              const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
+                              int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
+                              void *stream) {
+    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, causal,
+                                tile_rows, stream);
+}
+
+int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows) {
+    return cs1_attention_policy::tile_rows_for_current_device(g_device_cache, rows, tile_rows);
+}
+
+}  // extern "C"

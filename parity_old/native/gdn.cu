@@ -1,0 +1,673 @@
+// gdn.cu: the chunked (C = 64) gated delta rule of a gated DeltaNet layer (the conv and the gates: gdn_conv.cu).
+//
+// Math: ../shared/spec/qwen3_5-model.md §6 and §7.1. Per value head h, with state S (d_k x d_v = 128 x 128, fp32,
+// zero at every prompt start), one chunk of rows i = 0..63 entering with S0:
+//   Gam_i = sum_{j<=i} g_j (reset per chunk)          k^_i = k_i / sqrt(|k_i|^2 + 1e-6),  q~_i likewise * scale
+//   L_ij  = beta_i (k^_i . k^_j) exp(Gam_i - Gam_j), j < i   (strictly lower)
+//   U = (I + L)^-1 diag(beta) V,  W = (I + L)^-1 diag(beta e^Gam) K^   (forward substitution, fp32)
+//   Delta = U - W S0;  S_next = e^{Gam_63} S0 + (K^ * e^{Gam_63 - Gam})^T Delta
+//   O = diag(e^Gam) Q~ S0 + (Q~ K^T  .* D) Delta,  D_ij = exp(Gam_i - Gam_j) for j <= i, else 0
+// Rows of a partial chunk past the prompt end are masked (k = v = beta = g = 0), which leaves every valid row and
+// the state exact.
+//
+// Tensor cores (mma.sync, gdn_mma.cuh), keeping ~fp32 accuracy: the raw q, k rows are bf16, so their products go
+// through bf16 MMA (Q K^T, K K^T: exact products, fp32 sums) or enter tf32 MMA exactly (K^T Delta, Q S0); the L2
+// norms and decays are applied afterwards as row / column factors (k^ = k / |k|, so K^ * e^{Gam_63 - Gam} becomes
+// the factor f_i = e^{Gam_63 - Gam_i} / |k_i| on the rows of Delta). fp32 operands (W, S, Delta, P) are split into
+// tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
+// substitution stays fp32 on CUDA cores.
+//
+// Four launches per cs1_gdn_prefill:
+//   1. gdn_index_kernel    (1 block): sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of
+//      ceil(len/64)), so chunks restart at every prompt start. cu_seqlens lives on the device, so the host only
+//      knows the bound NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit.
+//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution.
+//   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
+//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes;
+//      writes each chunk's entry state S0 and overwrites U with Delta.
+//   4. gdn_out_mma_kernel  (chunk, head): O from S0 and Delta; also writes zeros into padding rows.
+// (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
+//
+// Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
+// slot index b = chunk * H + head:
+//   seq_start int32 [n_seqs + 1]   sanitised cu_seqlens (clamped to [0, T], non-decreasing)
+//   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
+//   U/Delta   f32 [NC * H, 64, 128] U from prep, overwritten in place by Delta in the walk
+//   W         f32 [NC * H, 64, 128]
+//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA)
+//   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
+//   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
+// = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
+#include <atomic>
+
+#include "common.cuh"
+#include "gdn_mma.cuh"
+
+namespace {
+
+constexpr int kC = 64;         // chunk rows
+constexpr int kD = 128;        // d_k = d_v
+constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte rows; MMA fragments conflict-free)
+constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
+constexpr int kSlab = 32;      // value columns per walk block
+constexpr int kThreads = 256;  // prep / walk / out blocks
+constexpr float kNormEps = 1e-6f;
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// Byte offsets of the workspace parts (see the header comment).
+struct Layout {
+    size_t seq_start, chunk_off, u, w, s0, gam, rk, total;
+    Layout(int64_t T, int64_t n_seqs, int64_t H) {
+        const size_t nc = size_t((T + kC - 1) / kC + n_seqs);
+        const size_t slots = nc * size_t(H);
+        size_t at = 0;
+        seq_start = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        chunk_off = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        u = at;         at = align256(at + slots * kC * kD * 4);
+        w = at;         at = align256(at + slots * kC * kD * 4);
+        s0 = at;        at = align256(at + slots * kD * kD * 4);
+        gam = at;       at = align256(at + slots * kC * 4);
+        rk = at;        at = align256(at + slots * kC * 4);
+        total = at;
+    }
+};
+
+struct ChunkInfo {
+    int row0;  // first row of the chunk
+    int len;   // valid rows, 1..64
+};
+
+// The chunk with global index c, or len = 0 when c is past the last chunk.
+__device__ ChunkInfo find_chunk(const int32_t *seq_start, const int32_t *chunk_off, int n_seqs, int c) {
+    ChunkInfo info{0, 0};
+    if (c >= chunk_off[n_seqs]) return info;
+    int lo = 0, hi = n_seqs;  // last s with chunk_off[s] <= c; it has chunk_off[s + 1] > c
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (chunk_off[mid] <= c) lo = mid; else hi = mid;
+    }
+    info.row0 = seq_start[lo] + (c - chunk_off[lo]) * kC;
+    info.len = min(kC, seq_start[lo + 1] - info.row0);
+    return info;
+}
+
+// ---- prefill: 1. index --------------------------------------------------------------------------------------------
+
+// One warp: seq_start[s] = running max of clamp(cu[s], 0, T); chunk_off = prefix sum of ceil(len / 64).
+__global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *__restrict__ seq_start,
+                                 int32_t *__restrict__ chunk_off) {
+    const int lane = threadIdx.x;
+    int prev_start = 0, prev_off = 0;
+    for (int base = 0; base <= n_seqs; base += 32) {
+        const int s = base + lane;
+        int v = s <= n_seqs ? min(max(cu[s], 0), T) : 0;
+        if (base == 0 && lane == 0) prev_start = v;  // seq_start[0] = clamp(cu[0])
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v = max(v, u);
+        }
+        v = max(v, prev_start);
+        const int before = __shfl_up_sync(0xffffffffu, v, 1);
+        const int start_prev = lane == 0 ? prev_start : before;  // start of prompt s - 1
+        // chunks of prompt s - 1 (those end at v); the first entry contributes none
+        int n = (s == 0 || s > n_seqs) ? 0 : (v - start_prev + kC - 1) / kC;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, n, o);
+            if (lane >= o) n += u;
+        }
+        if (s <= n_seqs) {
+            seq_start[s] = v;
+            chunk_off[s] = prev_off + n;
+        }
+        prev_start = __shfl_sync(0xffffffffu, v, 31);
+        prev_off += __shfl_sync(0xffffffffu, n, 31);
+    }
+}
+
+
+// ---- prefill: 2, 3, 4 on tensor cores ---------------------------------------------------------------------------
+//
+// Precision plan: the raw q and k rows are bf16, so they enter the tensor cores exactly (bf16 MMA, or bf16 bits as
+// tf32) and the L2 norms are applied as row / column factors afterwards. fp32 operands (W, S, Delta, P) are split
+// into tf32 hi + lo: products that feed the state use the 3-term (or 2-term, when the other side is exact) split,
+// which keeps ~fp32 accuracy; the output products use the same splits (cheap next to the loads).
+
+constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
+constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
+
+// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled.
+__device__ __forceinline__ void cp_rows_bf16(bf16 *dst, const bf16 *src, int64_t ld, int len) {
+    for (int e = threadIdx.x; e < kC * kD / 8; e += kThreads) {
+        const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
+        const bool ok = i < len;
+        cp_async16(dst + i * kLdKb + c8, ok ? src + int64_t(i) * ld + c8 : src, ok);
+    }
+}
+
+// 64 rows x `cols` fp32 (row stride 128) -> smem tile of stride lds.
+__device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *src, int cols) {
+    const int per_row = cols / 4;
+    for (int e = threadIdx.x; e < kC * per_row; e += kThreads) {
+        const int i = e / per_row, c4 = (e % per_row) * 4;
+        cp_async16(dst + i * lds + c4, src + i * kD + c4, true);
+    }
+}
+
+// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
+__device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float *out) {
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x >> 5; i < kC; i += kThreads / 32) {
+        const uint2 raw = *reinterpret_cast<const uint2 *>(tile + i * kLdKb + 4 * lane);
+        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
+        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
+        const float ss = warp_sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3);
+        if (lane == 0) out[i] = num / sqrtf(ss + kNormEps);
+    }
+}
+
+// acc[j] = A[m0..m0+15, :] B[n0+8j..n0+8j+7, :]^T over the 128 columns of two bf16 tiles of stride kLdKb
+// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product.
+__device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B, int m0, int n0,
+                                                    float acc[4][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t a[4];
+        a[0] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 2 * t);
+        a[1] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 2 * t);
+        a[2] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
+        a[3] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bf16 *brow = B + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
+            const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(brow),
+                                   *reinterpret_cast<const uint32_t *>(brow + 8)};
+            mma_bf16(acc[j], a, b);
+        }
+    }
+}
+
+// Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
+// factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
+struct PrepSmem {
+    bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
+    bf16 V[kC * kLdKb];  // raw v rows
+    float L[kC * kLdL];
+    float gam[kC];
+    float beta[kC];
+    float cw[kC];  // beta e^Gam / |k|
+    float rk[kC];  // 1 / |k|
+};
+constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
+static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
+
+__global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                   const float *__restrict__ g,
+                                                                   const float *__restrict__ beta, int n_seqs, int H,
+                                                                   int HK, unsigned char *__restrict__ ws,
+                                                                   Layout lay) {
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
+                                     reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    PrepSmem &sm = *reinterpret_cast<PrepSmem *>(smem_raw);
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
+    cp_async_commit();
+    if (tid < kC) {
+        const bool ok = tid < ck.len;
+        sm.gam[tid] = ok ? g[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+        sm.beta[tid] = ok ? beta[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
+    if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
+        float lo = sm.gam[lane], hi = sm.gam[32 + lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float a = __shfl_up_sync(0xffffffffu, lo, o), b = __shfl_up_sync(0xffffffffu, hi, o);
+            if (lane >= o) { lo += a; hi += b; }
+        }
+        hi += __shfl_sync(0xffffffffu, lo, 31);
+        sm.gam[lane] = lo;
+        sm.gam[32 + lane] = hi;
+    }
+    __syncthreads();
+    if (tid < kC) {
+        reinterpret_cast<float *>(ws + lay.gam)[slot * kC + tid] = sm.gam[tid];
+        reinterpret_cast<float *>(ws + lay.rk)[slot * kC + tid] = sm.rk[tid];
+        sm.cw[tid] = sm.beta[tid] * expf(sm.gam[tid]) * sm.rk[tid];
+    }
+    {  // L = strictly lower (beta_i (k_i . k_j) / (|k_i| |k_j|) exp(Gam_i - Gam_j)); warp: rows 16 (w % 4)..,
+       // columns 32 (w / 4)..
+        const int gq = lane >> 2, t = lane & 3, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+        float acc[4][4] = {};
+        mma_rows_bf16_16x32(sm.K, sm.K, m0, n0, acc);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = m0 + gq + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+                sm.L[i * kLdL + jj] =
+                    jj < i ? sm.beta[i] * (acc[j][e] * sm.rk[i] * sm.rk[jj]) * expf(sm.gam[i] - sm.gam[jj]) : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
+    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers;
+    // four partial sums (j mod 4) cut the dependent FMA chain of row i from i to i / 4.
+    const int col = tid & (kD - 1);
+    const bool is_w = tid >= kD;
+    const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
+    const float *coef = is_w ? sm.cw : sm.beta;
+    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
+    float x[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+        float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < i; j += 4) {  // 16-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
+            const float4 l = lds128(sm.L + i * kLdL + j);
+            acc[0] = fmaf(-l.x, x[j], acc[0]);
+            if (j + 1 < i) acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
+            if (j + 2 < i) acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
+            if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
+        }
+        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        dst[i * kD] = x[i];
+    }
+}
+
+// One chunk's walk operands; two of these double-buffer the next chunk's cp.async loads.
+struct WalkBuf {
+    float W[kC * kLdF];   // W rows
+    bf16 K[kC * kLdKb];   // raw k rows (zeros past the chunk end)
+    float U[kC * kLdSl];  // U[:, v0 .. v0 + 31]
+    float gam[kC];
+    float rk[kC];
+};
+// kBufs = 2 double-buffers the chunk operands (151 KiB: sm_90 / sm_80); 1 fits the 99 KiB of sm_86 / sm_89.
+constexpr size_t walk_mma_smem(int bufs) { return bufs * sizeof(WalkBuf) + (kD * kLdSl + kC * kLdSl) * sizeof(float); }
+static_assert(sizeof(WalkBuf) % 16 == 0, "WalkBuf keeps 16-byte alignment");
+
+struct OutSmem {
+    bf16 Q[kC * kLdKb];  // raw q rows
+    bf16 K[kC * kLdKb];  // raw k rows
+    float P[kC * kLdL];  // (Q~ K^T) .* D
+    float B[kC * kLdF];  // S0 rows 0..63, then 64..127, then Delta
+    float qs[kC];        // scale / |q_i|
+    float gam[kC];
+    float rk[kC];
+};
+constexpr size_t kOutMmaSmem = sizeof(OutSmem);
+static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
+
+__device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int64_t ld, int len,
+                                              const unsigned char *ws, const Layout &lay, size_t slot, int v0) {
+    cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
+    cp_rows_bf16(b.K, krows, ld, len);
+    cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
+    const int tid = threadIdx.x;
+    if (tid < kC / 4)
+        cp_async16(b.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
+    else if (tid < kC / 2)
+        cp_async16(b.rk + 4 * (tid - kC / 4),
+                   reinterpret_cast<const float *>(ws + lay.rk) + slot * kC + 4 * (tid - kC / 4), true);
+    cp_async_commit();
+}
+
+// Block (prompt, head, 32-column slab), 8 warps. The state slab S[128][32] lives in registers as MMA accumulators:
+// warp w holds rows 16w.. (st[j] = C fragment of columns 8j..8j+7). Per chunk:
+//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
+//   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
+// while the next chunk's W, k, U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with one
+// buffer they load after the chunk).
+template <int kBufs>
+__global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
+                                                                   int HK, unsigned char *__restrict__ ws,
+                                                                   Layout lay) {
+    const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    const int32_t *chunk_off = reinterpret_cast<const int32_t *>(ws + lay.chunk_off);
+    const int c_begin = chunk_off[s], c_end = chunk_off[s + 1], row_begin = seq_start[s], row_end = seq_start[s + 1];
+    if (c_begin >= c_end) return;
+    const int hk = h / (H / HK);
+    const bf16 *kcol = qkv + int64_t(HK) * kD + int64_t(hk) * kD;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    WalkBuf *buf = reinterpret_cast<WalkBuf *>(smem_raw);
+    float *sS = reinterpret_cast<float *>(buf + kBufs);  // [128][kLdSl] state slab entering the chunk
+    float *sDf = sS + kD * kLdSl;                         // [64][kLdSl] diag(f) Delta
+
+    {
+        const int len = min(kC, row_end - row_begin);
+        walk_prefetch(buf[0], kcol + int64_t(row_begin) * ld, ld, len, ws, lay, size_t(c_begin) * H + h, v0);
+    }
+    float st[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+
+    for (int c = c_begin; c < c_end; ++c) {
+        const size_t slot = size_t(c) * H + h;
+        const WalkBuf &cur = buf[(c - c_begin) % kBufs];
+        cp_async_wait_all();
+        __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS and sDf is done
+        const int row1 = row_begin + (c + 1 - c_begin) * kC;
+        if (kBufs == 2 && c + 1 < c_end)
+            walk_prefetch(buf[(c + 1 - c_begin) % kBufs], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws,
+                          lay, slot + H, v0);
+        {  // S0 of this chunk: to smem (B operand below) and to the workspace (output kernel)
+            float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
+            const int r = 16 * warp + g;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int col = 8 * j + 2 * t;
+                const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
+                *reinterpret_cast<float2 *>(sS + r * kLdSl + col) = lo;
+                *reinterpret_cast<float2 *>(sS + (r + 8) * kLdSl + col) = hi;
+                *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
+                *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
+            }
+        }
+        __syncthreads();
+        const float gam_last = cur.gam[kC - 1];
+        {  // Delta = U - W S
+            const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+            float big[2][4] = {}, small[2][4] = {};
+#pragma unroll 4
+            for (int k0 = 0; k0 < kD; k0 += 8) {
+                uint32_t ah[4], al[4];
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    uint32_t bh[2], bl[2];
+                    tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
+                    mma_tf32(small[j], ah, bl);
+                    mma_tf32(small[j], al, bh);
+                    mma_tf32(big[j], ah, bh);
+                }
+            }
+            float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int i = m0 + g + 8 * half;
+                const float f = cur.rk[i] * expf(gam_last - cur.gam[i]);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int col = n0 + 8 * j + 2 * t;
+                    const float2 u = *reinterpret_cast<const float2 *>(cur.U + i * kLdSl + col);
+                    const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
+                    const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
+                    *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
+                    *reinterpret_cast<float2 *>(sDf + i * kLdSl + col) = make_float2(d0 * f, d1 * f);
+                }
+            }
+        }
+        __syncthreads();
+        {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
+            const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
+            const int m0 = 16 * warp;
+            float big[4][4] = {}, small[4][4] = {};
+#pragma unroll 2
+            for (int i0 = 0; i0 < kC; i0 += 8) {
+                uint32_t a[4];
+                a[0] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + m0 + g]);
+                a[1] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + m0 + g + 8]);
+                a[2] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + m0 + g]);
+                a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + m0 + g + 8]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t bh[2], bl[2];
+                    tf32_split(sDf[(i0 + t) * kLdSl + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sDf[(i0 + t + 4) * kLdSl + 8 * j + g], bh[1], bl[1]);
+                    mma_tf32(small[j], a, bl);
+                    mma_tf32(big[j], a, bh);
+                }
+            }
+            const float e_last = expf(gam_last);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
+        }
+        if (kBufs == 1 && c + 1 < c_end) {
+            __syncthreads();  // every read of the buffer done
+            walk_prefetch(buf[0], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws, lay, slot + H, v0);
+        }
+    }
+}
+
+// Block (chunk, head), 8 warps:
+//   P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D      bf16 MMA (exact products); warp: rows 16 (w % 4).., cols 32 (w / 4)..
+//   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 16 (w % 4).., columns 64 (w / 4)..
+// qs_i = scale / |q_i|. Also writes zeros into the padding rows of the flat 64-row window.
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                  int n_seqs, int T, int H, int HK, float scale,
+                                                                  unsigned char *__restrict__ ws, Layout lay,
+                                                                  bf16 *__restrict__ o) {
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    {  // padding rows of the flat 64-row window c (rows outside every prompt) get zeros
+        const int first = seq_start[0], end = seq_start[n_seqs];
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+            const int64_t row = int64_t(c) * kC + e / (kD / 4);
+            if (row < T && (row < first || row >= end))
+                *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
+        }
+    }
+    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    OutSmem &sm = *reinterpret_cast<OutSmem *>(smem_raw);
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+    cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_f32(sm.B, kLdF, s0, kD);
+    if (tid < kC / 4)
+        cp_async16(sm.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
+    else if (tid < kC / 2)
+        cp_async16(sm.rk + 4 * (tid - kC / 4),
+                   reinterpret_cast<const float *>(ws + lay.rk) + slot * kC + 4 * (tid - kC / 4), true);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+    __syncthreads();
+    const int m0 = 16 * (warp & 3);
+    {  // P
+        const int n0 = 32 * (warp >> 2);
+        float acc[4][4] = {};
+        mma_rows_bf16_16x32(sm.Q, sm.K, m0, n0, acc);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+                sm.P[i * kLdL + jj] = jj <= i ? acc[j][e] * sm.qs[i] * sm.rk[jj] * expf(sm.gam[i] - sm.gam[jj])
+                                              : 0.0f;
+            }
+    }
+    const int n0 = 64 * (warp >> 2);
+    float acc[8][4] = {};
+    const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
+    for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (2-term: q is exact)
+        if (half == 1) {
+            __syncthreads();  // every read of S0 rows 0..63 done
+            cp_rows_f32(sm.B, kLdF, s0 + kC * kD, kD);
+            cp_async_commit();
+            cp_async_wait_all();
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int k0 = 0; k0 < kC; k0 += 8) {
+            const int kq = half * kC + k0 + t;
+            uint32_t a[4];
+            a[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + kq]);
+            a[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + kq]);
+            a[2] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + kq + 4]);
+            a[3] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + kq + 4]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                uint32_t bh[2], bl[2];
+                tf32_split(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g], bh[0], bl[0]);
+                tf32_split(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g], bh[1], bl[1]);
+                mma_tf32(acc[j], a, bl);
+                mma_tf32(acc[j], a, bh);
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;  // e = 0: row g, e = 2: row g + 8
+        const float f = sm.qs[i] * expf(sm.gam[i]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            acc[j][e] *= f;
+            acc[j][e + 1] *= f;
+        }
+    }
+    __syncthreads();  // every read of S0 done
+    cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+#pragma unroll 2
+    for (int k0 = 0; k0 < kC; k0 += 8) {  // + P Delta (3-term)
+        uint32_t ah[4], al[4];
+        tf32_split(sm.P[(m0 + g) * kLdL + k0 + t], ah[0], al[0]);
+        tf32_split(sm.P[(m0 + g + 8) * kLdL + k0 + t], ah[1], al[1]);
+        tf32_split(sm.P[(m0 + g) * kLdL + k0 + t + 4], ah[2], al[2]);
+        tf32_split(sm.P[(m0 + g + 8) * kLdL + k0 + t + 4], ah[3], al[3]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            uint32_t bh[2], bl[2];
+            tf32_split(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g], bh[0], bl[0]);
+            tf32_split(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g], bh[1], bl[1]);
+            mma_tf32(acc[j], al, bh);
+            mma_tf32(acc[j], ah, bl);
+            mma_tf32(acc[j], ah, bh);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;
+        if (i >= ck.len) continue;
+        bf16 *orow = o + (int64_t(ck.row0 + i) * H + h) * kD + n0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
+                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) = packed;
+        }
+    }
+}
+
+
+// Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call) and pick
+// the walk's buffer count from the device's shared memory per block. *walk_bufs: 1 or 2.
+int configure_device(int *walk_bufs) {
+    static std::atomic<bool> done[64];
+    static std::atomic<int> bufs[64];
+    int dev = 0;
+    CS1_CUDA(cudaGetDevice(&dev));
+    const bool cached = dev >= 0 && dev < 64;
+    if (cached && done[dev].load(std::memory_order_acquire)) {
+        *walk_bufs = bufs[dev].load(std::memory_order_relaxed);
+        return 0;
+    }
+    CS1_CUDA(cudaFuncSetAttribute(gdn_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(kPrepMmaSmem)));
+    int optin = 0;
+    CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    *walk_bufs = size_t(optin) >= walk_mma_smem(2) ? 2 : 1;
+    if (*walk_bufs == 2)
+        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(walk_mma_smem(2))));
+    else
+        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(walk_mma_smem(1))));
+    CS1_CUDA(cudaFuncSetAttribute(gdn_out_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutMmaSmem)));
+    if (cached) {
+        bufs[dev].store(*walk_bufs, std::memory_order_relaxed);
+        done[dev].store(true, std::memory_order_release);
+    }
+    return 0;
+}
+
+}  // namespace
+
+extern "C" int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes) {
+    CS1_REQUIRE_PTR(bytes);
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20) && H > 0 && H <= 65535);
+    *bytes = T == 0 ? 0 : Layout(T, n_seqs, H).total;
+    return 0;
+}
+
+extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta,
+                               const int32_t *cu_seqlens, int64_t n_seqs, void *o, void *workspace,
+                               size_t workspace_bytes, int64_t T, int64_t H, int64_t HK, float scale, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20));
+    CS1_REQUIRE_SHAPE(H > 0 && H <= 65535 && HK > 0 && H % HK == 0);
+    if (T == 0) return 0;
+    CS1_REQUIRE_PTR(qkv);
+    CS1_REQUIRE_PTR(g);
+    CS1_REQUIRE_PTR(beta);
+    CS1_REQUIRE_PTR(cu_seqlens);
+    CS1_REQUIRE_PTR(o);
+    CS1_REQUIRE_PTR(workspace);
+    CS1_REQUIRE_SHAPE(ld >= (2 * HK + H) * kD);
+    CS1_REQUIRE(ld % 8 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(qkv, 16);
+    CS1_REQUIRE_ALIGNED(o, 16);
+    CS1_REQUIRE_ALIGNED(workspace, 16);
+    CS1_REQUIRE_ALIGNED(g, 4);
+    CS1_REQUIRE_ALIGNED(beta, 4);
+    CS1_REQUIRE_ALIGNED(cu_seqlens, 4);
+    const Layout lay(T, n_seqs, H);
+    CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
+    const int64_t nc = (T + kC - 1) / kC + n_seqs;
+    CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
+    int walk_bufs = 2;
+    const int st = configure_device(&walk_bufs);
+    if (st != 0) return st;
+
+    cudaStream_t s = cs1_stream(stream);
+    auto *ws = static_cast<unsigned char *>(workspace);
+    const auto *x = static_cast<const bf16 *>(qkv);
+    gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T), reinterpret_cast<int32_t *>(ws + lay.seq_start),
+                                      reinterpret_cast<int32_t *>(ws + lay.chunk_off));
+    CS1_CUDA(cudaGetLastError());
+    const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
+    const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
+    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws,
+                                                                   lay);
+    CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
+    if (n_seqs > 0 && walk_bufs == 2)
+        gdn_walk_mma_kernel<2><<<walk_grid, kThreads, walk_mma_smem(2), s>>>(x, ld, int(H), int(HK), ws, lay);
+    else if (n_seqs > 0)
+        gdn_walk_mma_kernel<1><<<walk_grid, kThreads, walk_mma_smem(1), s>>>(x, ld, int(H), int(HK), ws, lay);
+    CS1_CUDA(cudaGetLastError());
+    gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale,
+                                                                 ws, lay, static_cast<bf16 *>(o));
+    CS1_LAUNCHED();
+}
