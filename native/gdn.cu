@@ -312,12 +312,10 @@ struct OutSmem {
 constexpr size_t kOutMmaSmem = sizeof(OutSmem);
 static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
 
-// A prompt's first chunk needs no W (it enters with S = 0) and its last no k rows (its outgoing state is unused).
 __device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int64_t ld, int len,
-                                              const unsigned char *ws, const Layout &lay, size_t slot, int v0,
-                                              bool first, bool last) {
-    if (!first) cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
-    if (!last) cp_rows_bf16(b.K, krows, ld, len);
+                                              const unsigned char *ws, const Layout &lay, size_t slot, int v0) {
+    cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
+    cp_rows_bf16(b.K, krows, ld, len);
     cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
     const int tid = threadIdx.x;
     if (tid < kC / 4)
@@ -333,9 +331,7 @@ __device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int
 //   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
 //   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
 // while the next chunk's W, k, U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with one
-// buffer they load after the chunk). A prompt's first chunk skips W S (S = 0: Delta = U exactly) and its last chunk
-// the state update (no later chunk reads it: a decision forward keeps no state), which halves the work of a
-// two-chunk prompt.
+// buffer they load after the chunk).
 template <int kBufs>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, unsigned char *__restrict__ ws,
@@ -356,8 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 
     {
         const int len = min(kC, row_end - row_begin);
-        walk_prefetch(buf[0], kcol + int64_t(row_begin) * ld, ld, len, ws, lay, size_t(c_begin) * H + h, v0, true,
-                      c_begin + 1 == c_end);
+        walk_prefetch(buf[0], kcol + int64_t(row_begin) * ld, ld, len, ws, lay, size_t(c_begin) * H + h, v0);
     }
     float st[4][4];
 #pragma unroll
@@ -366,13 +361,12 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     for (int c = c_begin; c < c_end; ++c) {
         const size_t slot = size_t(c) * H + h;
         const WalkBuf &cur = buf[(c - c_begin) % kBufs];
-        const bool first = c == c_begin, last = c + 1 == c_end;  // uniform over the block
         cp_async_wait_all();
         __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS and sDf is done
         const int row1 = row_begin + (c + 1 - c_begin) * kC;
         if (kBufs == 2 && c + 1 < c_end)
             walk_prefetch(buf[(c + 1 - c_begin) % kBufs], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws,
-                          lay, slot + H, v0, false, c + 2 == c_end);
+                          lay, slot + H, v0);
         {  // S0 of this chunk: to smem (B operand below) and to the workspace (output kernel)
             float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
             const int r = 16 * warp + g;
@@ -391,24 +385,23 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         {  // Delta = U - W S
             const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
             float big[2][4] = {}, small[2][4] = {};
-            if (!first)  // S = 0 on a prompt's first chunk: Delta = U exactly
 #pragma unroll 4
-                for (int k0 = 0; k0 < kD; k0 += 8) {
-                    uint32_t ah[4], al[4];
-                    tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
-                    tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
-                    tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
-                    tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+            for (int k0 = 0; k0 < kD; k0 += 8) {
+                uint32_t ah[4], al[4];
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        uint32_t bh[2], bl[2];
-                        tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
-                        tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
-                        mma_tf32(small[j], ah, bl);
-                        mma_tf32(small[j], al, bh);
-                        mma_tf32(big[j], ah, bh);
-                    }
+                for (int j = 0; j < 2; ++j) {
+                    uint32_t bh[2], bl[2];
+                    tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
+                    mma_tf32(small[j], ah, bl);
+                    mma_tf32(small[j], al, bh);
+                    mma_tf32(big[j], ah, bh);
                 }
+            }
             float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
@@ -425,7 +418,6 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 }
             }
         }
-        if (last) break;
         __syncthreads();
         {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
             const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
@@ -455,8 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
-            walk_prefetch(buf[0], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws, lay, slot + H, v0,
-                          false, c + 2 == c_end);
+            walk_prefetch(buf[0], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws, lay, slot + H, v0);
         }
     }
 }
