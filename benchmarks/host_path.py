@@ -2,6 +2,7 @@
 measured is host work (HTTP, parse, validate, render, tokenize, read-out, response encode, thread hand-off).
 
     python -m benchmarks.host_path [--manifest FILE] [--traversals 3] [--warmup 1] [--output FILE.json]
+        [--server-arg=--flag ...] [--b-server-arg=--flag ...]
 
 Starts `python -m benchmarks.host_path serve` (= `python -m server --demo` with server.loading.BACKEND_OVERRIDE set
 to InstantBackend: the demo checkpoint's real tokenizer, prompt renderer and read-out, no forward) on a free port,
@@ -173,42 +174,59 @@ def run(args) -> int:
     import httpx
 
     bodies = load_bodies(Path(args.manifest))
-    port = free_port()
-    log_path = Path(tempfile.mkdtemp(prefix="host-path-")) / "server.log"
-    proc = start_server(port, log_path, args.server_arg)
+    arms = {"A": args.server_arg} if args.b_server_arg is None else {"A": args.server_arg,
+                                                                     "B": args.server_arg + args.b_server_arg}
+    servers = {}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        for arm, server_args in arms.items():
+            port = free_port()
+            log_path = Path(tempfile.mkdtemp(prefix=f"host-path-{arm}-")) / "server.log"
+            servers[arm] = (start_server(port, log_path, server_args), log_path,
+                            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60))
+        for proc, log_path, client in servers.values():
             wait_ready(client, proc, log_path)
             for _ in range(args.warmup):
                 traverse(client, bodies, record=False)
-            totals, stages, answers = [], [], []
-            for _ in range(args.traversals):
-                t, s, a = traverse(client, bodies, record=True)
+        got = {arm: ([], [], []) for arm in servers}
+        for _ in range(args.traversals):  # with two servers up, the traversals alternate A, B, A, B, ...
+            for arm, (_, _, client) in servers.items():
+                t, st, a = traverse(client, bodies, record=True)
+                totals, stages, answers = got[arm]
                 totals += t
-                stages += s
-                answers = answers or a
-                if a != answers:
-                    raise SystemExit("answers differ between traversals")
+                stages += st
+                if answers and a != answers:
+                    raise SystemExit(f"arm {arm}: answers differ between traversals")
+                answers[:] = a
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    app_ms = server_totals(log_path.read_text(errors="replace"))[-len(totals):]
-    if len(app_ms) != len(totals):
-        raise SystemExit(f"found {len(app_ms)} request log lines for {len(totals)} timed requests")
-    summary = summarise(totals, stages, app_ms)
-    digest = hashlib.sha256(b"\n".join(answers)).hexdigest()
-    print(f"host path: {len(bodies)} requests x {args.traversals} traversals (warm-up {args.warmup}), "
-          f"concurrency 1, instant fake backend")
-    print(table(summary))
-    print(f"answers_sha256 {digest}")
+        for proc, _, client in servers.values():
+            client.close()
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    doc = {"manifest": str(args.manifest), "requests": len(bodies), "traversals": args.traversals,
+           "warmup": args.warmup, "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                              "node": platform.node()}, "arms": {}}
+    for arm, (totals, stages, answers) in got.items():
+        log_path = servers[arm][1]
+        app_ms = server_totals(log_path.read_text(errors="replace"))[-len(totals):]
+        if len(app_ms) != len(totals):
+            raise SystemExit(f"arm {arm}: found {len(app_ms)} request log lines for {len(totals)} timed requests")
+        summary = summarise(totals, stages, app_ms)
+        digest = hashlib.sha256(b"\n".join(answers)).hexdigest()
+        print(f"host path{f' arm {arm} (server args {arms[arm]})' if len(arms) > 1 else ''}: {len(bodies)} requests "
+              f"x {args.traversals} traversals (warm-up {args.warmup}), concurrency 1, instant fake backend")
+        print(table(summary))
+        print(f"answers_sha256 {digest}")
+        doc["arms"][arm] = {"server_args": arms[arm], "samples": len(totals), "answers_sha256": digest,
+                            "summary_ms": summary, "server_log": str(log_path)}
+    if len(arms) > 1:
+        a, b = (doc["arms"][k]["summary_ms"]["total"] for k in ("A", "B"))
+        same = doc["arms"]["A"]["answers_sha256"] == doc["arms"]["B"]["answers_sha256"]
+        print(f"B - A: total p50 {b['p50'] - a['p50']:+.3f} ms, p95 {b['p95'] - a['p95']:+.3f} ms; "
+              f"answers {'identical' if same else 'DIFFERENT'}")
     if args.output:
-        doc = {"manifest": str(args.manifest), "requests": len(bodies), "traversals": args.traversals,
-               "warmup": args.warmup, "samples": len(totals), "answers_sha256": digest, "summary_ms": summary,
-               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "node": platform.node()},
-               "server_log": str(log_path)}
         Path(args.output).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
 
@@ -224,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1, help="untimed traversals first")
     ap.add_argument("--output", help="write the summary JSON here")
     ap.add_argument("--server-arg", action="append", default=[], help="extra server flag (repeatable)")
+    ap.add_argument("--b-server-arg", action="append", default=None,
+                    help="start a second server (arm B) with these extra flags as well (repeatable); both stay up "
+                         "and the traversals alternate A, B, so drift hits both arms alike")
     return run(ap.parse_args(argv))
 
 

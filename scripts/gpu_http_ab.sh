@@ -3,6 +3,8 @@
 # time reaches either), and the measured traversals alternate A, B, A, B, ... so that drift of the machine and the
 # client hits both arms alike (separate server starts moved the same code's Public231 p50 by up to 0.5 ms).
 #   OUT=<folder> LIB_A=<a.so> LIB_B=<b.so> [ROUNDS=3] [MANIFEST=...] [CKPT=/tmp/bench4b] scripts/gpu_http_ab.sh
+# LIB_A / LIB_B default to target/libqwen3_5_cuda.so; ENV_A / ENV_B add environment settings to one server (e.g.
+# ENV_A="CS1_TOKEN_CACHE=0" against the default), so a host-side lever is judged the same way.
 # (BACKEND=reference with a small CKPT and META_SET="--set gpu=none --set driver=none --set checkpoint_revision=x"
 # runs the same steps without a GPU: a dry run of the script itself.)
 # Writes $OUT/ab.txt (per-traversal summaries, then bench.py compare A vs B over all traversals, and the server-side
@@ -28,11 +30,13 @@ trap finish EXIT
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
 
 port() { [ "$1" = A ] && echo 8010 || echo 8011; }
+LIB_A=${LIB_A:-$PWD/target/libqwen3_5_cuda.so} LIB_B=${LIB_B:-$PWD/target/libqwen3_5_cuda.so}
 for arm in A B; do
-  lib=LIB_$arm
-  [ -f "${!lib:-}" ] || { echo "$lib is not a file: '${!lib:-}'" | tee -a "$T"; exit 2; }
-  python3 -m server --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" --port "$(port $arm)" \
-    >"$W/server-$arm.log" 2>&1 &
+  lib=LIB_$arm extra=ENV_$arm
+  [ -f "${!lib}" ] || { echo "$lib is not a file: '${!lib}'" | tee -a "$T"; exit 2; }
+  echo "arm $arm: library ${!lib}, environment '${!extra:-}'" | tee -a "$T"
+  env ${!extra:-} python3 -m server --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" \
+    --port "$(port $arm)" >"$W/server-$arm.log" 2>&1 &
   pids+=($!)
 done
 for arm in A B; do

@@ -136,7 +136,8 @@ def load(settings: Settings) -> Loaded:
             log.info("captured %d CUDA graphs (one prompt per padded length)", captured)
     t = stage("backend", t)
     engine = engine_mod.Engine(backend, tok, ckpt.decision_config, max_prompt_tokens=settings.max_prompt_tokens,
-                               max_questions=settings.max_questions, max_request_tokens=request_tokens)
+                               max_questions=settings.max_questions, max_request_tokens=request_tokens,
+                               token_cache_entries=settings.token_cache)
     answers, usage = engine.self_test()  # warm-up: first real forward (caches, graphs), finite and normalised
     t = stage("warm-up", t)
     req = SELF_TEST_REQUEST

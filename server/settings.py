@@ -31,6 +31,7 @@ class Settings:
     log_level: str = "info"
     graceful_timeout: float = 30.0
     event_loop: str = "auto"
+    token_cache: int = 1024
 
     def public(self) -> dict:
         """For /info and the start-up log (no secrets exist today; keep it that way)."""
@@ -41,6 +42,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
     return value
 
 
@@ -80,6 +88,9 @@ FLAGS: list[tuple[str, type | object, str]] = [
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
     ("event-loop", str, "'auto' (uvloop when installed, else asyncio), 'uvloop' or 'asyncio' (logged at start-up; "
                         "the host-path bench measured no difference between them)"),
+    ("token-cache", _nonnegative_int, "question blocks whose token ids are kept for reuse (least recently used out; "
+                                      "0 = off). Questions recur across requests while the evidence changes; the ids "
+                                      "are the same as tokenizing afresh, the evidence is never cached"),
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio")}

@@ -55,7 +55,7 @@ class _Clock:
 
 class Engine:
     def __init__(self, backend, tokenizer, decision_config, *, max_prompt_tokens: int = 32768,
-                 max_questions: int = 64, max_request_tokens: int | None = None):
+                 max_questions: int = 64, max_request_tokens: int | None = None, token_cache_entries: int = 0):
         for name, value in (("max_prompt_tokens", max_prompt_tokens), ("max_questions", max_questions),
                             ("max_request_tokens", max_request_tokens)):
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -68,10 +68,13 @@ class Engine:
         self.max_request_tokens = max_request_tokens
         # A tokenizer that can wrap contents in the pre-tokenized chat skeleton gets only the user contents, as
         # (evidence block, question block) so a request's evidence is tokenized once (§1.5); any other (test fakes)
-        # gets full prompts. The token ids are the same either way.
+        # gets full prompts. The token ids are the same either way. token_cache_entries > 0 keeps the ids of recent
+        # question blocks (questions recur across requests; the evidence is never cached).
         wrapped = getattr(tokenizer, "wrapped", None)
+        self.wrapped_encoder = None
         if callable(wrapped):
-            self._encode = wrapped(*prompt.chat_parts(prompt.SYSTEM)).encode_parts
+            self.wrapped_encoder = wrapped(*prompt.chat_parts(prompt.SYSTEM), cache_entries=token_cache_entries)
+            self._encode = self.wrapped_encoder.encode_parts
             self._render = prompt.render_user_parts
         else:
             self._encode, self._render = tokenizer.encode_batch, prompt.render_pass
@@ -177,6 +180,7 @@ class Engine:
             "temperature_source": dict(self.config.temperature_source),
             "wide_choice": {"group": self.config.wide_choice.group, "keep": self.config.wide_choice.keep,
                             "residual": self.config.wide_choice.residual},
+            "token_cache": self.wrapped_encoder.cache_info() if self.wrapped_encoder is not None else None,
         }
 
     # ---- steps -------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -303,9 +304,10 @@ class DecisionTokenizer:
             return []
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
 
-    def wrapped(self, prefix: str, suffix: str) -> WrappedEncoder:
-        """An encoder of prefix + content + suffix that tokenizes the fixed prefix and suffix once."""
-        return WrappedEncoder(self, prefix, suffix)
+    def wrapped(self, prefix: str, suffix: str, *, cache_entries: int = 0) -> WrappedEncoder:
+        """An encoder of prefix + content + suffix that tokenizes the fixed prefix and suffix once (and, with
+        cache_entries > 0, keeps the ids of recurring non-leading pieces: see WrappedEncoder)."""
+        return WrappedEncoder(self, prefix, suffix, cache_entries=cache_entries)
 
     def token_count(self, text: str) -> int:
         return len(self.encode(text))
@@ -360,9 +362,22 @@ class WrappedEncoder:
     tokens are split out before anything else and none has a '<' after its first character, so none can straddle
     the join. Pieces whose join breaks the rule are glued back together; a content whose first character is
     whitespace (or an empty content) is encoded whole with prefix and suffix, in the same tokenizer call.
+
+    With cache_entries > 0 the ids of a row's pieces after its first (the engine passes (evidence block, question
+    block): the same questions recur across requests, the evidence rarely) are kept in a bounded least-recently-used
+    map keyed by the piece's exact text, for pieces of at most CACHE_MAX_CHARS characters. A piece's ids do not
+    depend on its neighbours (the join rule above), so cached and fresh ids are the same.
     """
 
-    def __init__(self, tokenizer: DecisionTokenizer, prefix: str, suffix: str):
+    CACHE_MAX_CHARS = 4096
+
+    def __init__(self, tokenizer: DecisionTokenizer, prefix: str, suffix: str, *, cache_entries: int = 0):
+        if not isinstance(cache_entries, int) or cache_entries < 0:
+            raise ValueError(f"cache_entries must be an integer >= 0, got {cache_entries!r}")
+        self.cache_entries = cache_entries
+        self._cache: dict[str, np.ndarray] = {}  # insertion order = recency (a hit moves the entry to the end)
+        self._cache_lock = threading.Lock()
+        self.cache_hits = self.cache_misses = 0
         special = [s for s in SPECIAL_TOKENS if suffix.startswith(s)]
         if not prefix.endswith(("\n", "\r")) or not special:
             raise TokenizerError("wrapped encoder: the prefix must end in a line break and the suffix start with a "
@@ -398,9 +413,12 @@ class WrappedEncoder:
             plans.append(merged if ok else self.prefix + "".join(merged) + self.suffix)
         unique = dict.fromkeys(p for plan in plans if isinstance(plan, list) for p in plan)
         wholes = [plan for plan in plans if isinstance(plan, str)]
-        ids = self.tokenizer.id_lists([*unique, *wholes])
-        piece_ids = dict(zip(unique, ids, strict=False))
-        whole_ids = iter(ids[len(unique):])
+        piece_ids = self._cached([plan[1:] for plan in plans if isinstance(plan, list)])
+        fresh = [p for p in unique if p not in piece_ids]
+        ids = self.tokenizer.id_lists([*fresh, *wholes])
+        piece_ids.update(zip(fresh, ids, strict=False))
+        self._remember([plan[1:] for plan in plans if isinstance(plan, list)], piece_ids)
+        whole_ids = iter(ids[len(fresh):])
         p, s = len(self.prefix_ids), len(self.suffix_ids)
         out = []
         for plan in plans:
@@ -417,6 +435,40 @@ class WrappedEncoder:
             row[at:] = self.suffix_ids
             out.append(row)
         return out
+
+    def cache_info(self) -> dict:
+        return {"limit": self.cache_entries, "held": len(self._cache), "hits": self.cache_hits,
+                "misses": self.cache_misses}
+
+    def _cacheable(self, piece: str) -> bool:
+        return self.cache_entries > 0 and len(piece) <= self.CACHE_MAX_CHARS
+
+    def _cached(self, tails: list[list[str]]) -> dict:
+        """The cached ids of the given non-leading pieces (hits move to the most recent end)."""
+        found: dict = {}
+        if self.cache_entries == 0:
+            return found
+        with self._cache_lock:
+            for tail in tails:
+                for piece in tail:
+                    ids = self._cache.pop(piece, None)
+                    if ids is not None:
+                        self._cache[piece] = found[piece] = ids
+                        self.cache_hits += 1
+                    elif self._cacheable(piece):
+                        self.cache_misses += 1
+        return found
+
+    def _remember(self, tails: list[list[str]], piece_ids: dict) -> None:
+        if self.cache_entries == 0:
+            return
+        with self._cache_lock:
+            for tail in tails:
+                for piece in tail:
+                    if piece not in self._cache and self._cacheable(piece):
+                        self._cache[piece] = np.asarray(piece_ids[piece], dtype=np.int32)  # 4 bytes per id
+            while len(self._cache) > self.cache_entries:
+                del self._cache[next(iter(self._cache))]  # the least recently used
 
 
 # ---------------------------------------------------------------------------------------------------------------

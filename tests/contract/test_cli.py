@@ -36,10 +36,12 @@ def test_environment_twins_and_flag_precedence():
     s = parse(["--max-queue", "5", "--no-demo", "--checkpoint", "/x", "--backend", "reference"], env)
     assert (s.max_queue, s.demo, s.checkpoint, s.backend) == (5, False, "/x", "reference")
     assert Settings().max_prompt_tokens == 32768 and Settings().max_body_bytes == 4 * 1024 * 1024
+    assert Settings().token_cache == 1024 and parse(["--demo"], {"CS1_TOKEN_CACHE": "0"}).token_cache == 0
 
 
 @pytest.mark.parametrize("argv,env", [([], {}), (["--demo", "--max-queue", "0"], {}), (["--demo"], {"CS1_PORT": "x"}),
-                                      ([], {"CS1_DEMO": "maybe"}), (["--demo"], {"CS1_BACKEND": "tpu"})])
+                                      ([], {"CS1_DEMO": "maybe"}), (["--demo"], {"CS1_BACKEND": "tpu"}),
+                                      (["--demo", "--token-cache", "-1"], {}), (["--demo"], {"CS1_TOKEN_CACHE": "x"})])
 def test_bad_settings_are_refused_with_a_message(argv, env, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv, env)

@@ -466,10 +466,13 @@ def assert_wrapped_equals_full(tok: tk.DecisionTokenizer, rows: list[tuple[str, 
 
     prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
     enc = tok.wrapped(prefix, suffix)
+    cached = tok.wrapped(prefix, suffix, cache_entries=64)  # small: the long inputs also evict
     contents = ["".join(r) for r in rows]
     full = tok.encode_batch([prefix + c + suffix for c in contents])
     tokens = sum(len(f) for f in full)
-    for how, got in (("pieces", enc.encode_parts(rows)), ("contents", enc.encode_batch(contents))):
+    for how, got in (("pieces", enc.encode_parts(rows)), ("contents", enc.encode_batch(contents)),
+                     ("pieces, cache cold", cached.encode_parts(rows)),
+                     ("pieces, cache warm", cached.encode_parts(rows))):
         bad = [i for i, (a, b) in enumerate(zip(got, full, strict=True))
                if a.dtype != np.int32 or a.tolist() != b.tolist()]
         print(f"{what} ({how}): {len(rows)} prompts, {tokens} tokens, {len(bad)} differ from the full-string encode")
@@ -511,6 +514,34 @@ def test_wrapped_equals_full_encode_on_awkward_contents(any_tok):
     assert_wrapped_equals_full(any_tok, rows, "awkward contents")
 
 
+def test_wrapped_encoder_cache_keeps_recent_question_blocks_only(dtok):
+    """Only a row's pieces after its first are cached, up to CACHE_MAX_CHARS characters, least recently used out;
+    cached ids equal fresh ones; 0 turns the cache off; a negative size is refused."""
+    from startlux_native import prompt
+
+    prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
+    enc = dtok.wrapped(prefix, suffix, cache_entries=2)
+    fresh = dtok.wrapped(prefix, suffix)
+    q = [f"Question: number {i}?\nOptions:\nA) yes\nB) no" for i in range(3)]
+    long_q = "Question: " + "word " * (tk.WrappedEncoder.CACHE_MAX_CHARS // 5 + 1)
+    rows = [("Evidence: one\n", q[0]), ("Evidence: two\n", q[1]), ("Evidence: three\n", q[0])]
+    got = [enc.encode_parts([row])[0] for row in rows]  # one request after another
+    assert [r.tolist() for r in got] == [r.tolist() for r in fresh.encode_parts(rows)]
+    assert list(enc._cache) == [q[1], q[0]]  # the evidence never; q[0] used last
+    assert enc.cache_info() == {"limit": 2, "held": 2, "hits": 1, "misses": 2}
+    enc.encode_parts([("Evidence: four\n", q[2])])
+    assert list(enc._cache) == [q[0], q[2]]  # q[1], least recently used, went out
+    got = enc.encode_parts([("Evidence: five\n", long_q), ("Evidence: six\n", q[0])])
+    assert [r.tolist() for r in got] == [r.tolist() for r in fresh.encode_parts([("Evidence: five\n", long_q),
+                                                                                 ("Evidence: six\n", q[0])])]
+    assert long_q not in enc._cache and enc.cache_info()["hits"] == 2
+    off = dtok.wrapped(prefix, suffix, cache_entries=0)
+    off.encode_parts(rows)
+    assert off.cache_info() == {"limit": 0, "held": 0, "hits": 0, "misses": 0}
+    with pytest.raises(ValueError, match=">= 0"):
+        dtok.wrapped(prefix, suffix, cache_entries=-1)
+
+
 def test_wrapped_encoder_refuses_unsafe_joins(dtok):
     with pytest.raises(TokenizerError, match="line break"):
         dtok.wrapped("<|im_start|>user", "<|im_end|>")
@@ -520,3 +551,36 @@ def test_wrapped_encoder_refuses_unsafe_joins(dtok):
     assert enc.encode_batch([]) == []
     with pytest.raises(TypeError):
         enc.encode_batch(["ok", 5])
+
+
+def test_engine_token_cache_sends_the_same_rows(dtok):
+    """The engine with a question-block cache sends the backend the same token rows as without one, over two
+    traversals of Public231 (the second hits the cache), and /info's engine section reports the cache."""
+    from startlux_native.decision_config import DecisionConfig
+    from startlux_native.engine import Engine
+
+    class Recorder:
+        name = "recorder"
+
+        def __init__(self):
+            self.rows: list[list[int]] = []
+
+        def letter_logits(self, rows):
+            self.rows += [np.asarray(r).tolist() for r in rows]
+            return np.zeros((len(rows), 26), dtype=np.float32)
+
+    temps = {"choice": 1.0, "noul": 1.0, "score": 1.0}
+    config = DecisionConfig(temperature_by_type=temps, temperature_source=dict.fromkeys(temps, "test"), source="test")
+    requests = [json.loads(line)["request"] for line in PUBLIC231.read_text(encoding="utf-8").splitlines() if line]
+    sent = {}
+    for entries in (0, 1024):
+        backend = Recorder()
+        engine = Engine(backend, dtok, config, token_cache_entries=entries)
+        for _ in range(2):
+            for req in requests:
+                engine.decide(req["state"], req["questions"])
+        sent[entries] = backend.rows
+        info = engine.describe()["token_cache"]
+        print(entries, info)
+        assert info["limit"] == entries and (info["hits"] > 0) == (entries > 0)
+    assert sent[0] == sent[1024] and len(sent[0]) == 2 * 231
