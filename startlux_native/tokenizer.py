@@ -29,6 +29,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -304,10 +305,11 @@ class DecisionTokenizer:
             return []
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=False)]
 
-    def wrapped(self, prefix: str, suffix: str, *, cache_entries: int = 0) -> WrappedEncoder:
+    def wrapped(self, prefix: str, suffix: str, *, cache_entries: int = 0,
+                split_chars: int | None = None) -> WrappedEncoder:
         """An encoder of prefix + content + suffix that tokenizes the fixed prefix and suffix once (and, with
         cache_entries > 0, keeps the ids of recurring non-leading pieces: see WrappedEncoder)."""
-        return WrappedEncoder(self, prefix, suffix, cache_entries=cache_entries)
+        return WrappedEncoder(self, prefix, suffix, cache_entries=cache_entries, split_chars=split_chars)
 
     def token_count(self, text: str) -> int:
         return len(self.encode(text))
@@ -351,6 +353,9 @@ class DecisionTokenizer:
         return tuple(ids)
 
 
+_SAFE_CUT = re.compile(r"(?<=[\r\n])(?=\S)")  # a line break, then a non-space character: see WrappedEncoder
+
+
 class WrappedEncoder:
     """encode(prefix + content + suffix) for many contents, with the fixed prefix and suffix tokenized once
     (decision-protocol.md §1.5: pre-tokenize the chat skeleton, tokenize the message content), and a content given
@@ -363,6 +368,10 @@ class WrappedEncoder:
     the join. Pieces whose join breaks the rule are glued back together; a content whose first character is
     whitespace (or an empty content) is encoded whole with prefix and suffix, in the same tokenizer call.
 
+    A piece longer than split_chars is cut at such safe line breaks into parts of at least split_chars characters,
+    tokenized as separate items of the same call: the ids are the same, the byte-level BPE works on shorter texts
+    (~30 % less time on 13–15k-character evidence here) and the tokenizer can spread the parts over its threads.
+
     With cache_entries > 0 the ids of a row's pieces after its first (the engine passes (evidence block, question
     block): the same questions recur across requests, the evidence rarely) are kept in a bounded least-recently-used
     map keyed by the piece's exact text, for pieces of at most CACHE_MAX_CHARS characters. A piece's ids do not
@@ -370,10 +379,13 @@ class WrappedEncoder:
     """
 
     CACHE_MAX_CHARS = 4096
+    SPLIT_CHARS = 1024
 
-    def __init__(self, tokenizer: DecisionTokenizer, prefix: str, suffix: str, *, cache_entries: int = 0):
+    def __init__(self, tokenizer: DecisionTokenizer, prefix: str, suffix: str, *, cache_entries: int = 0,
+                 split_chars: int | None = None):
         if not isinstance(cache_entries, int) or cache_entries < 0:
             raise ValueError(f"cache_entries must be an integer >= 0, got {cache_entries!r}")
+        self.split_chars = self.SPLIT_CHARS if split_chars is None else split_chars  # 0: never split
         self.cache_entries = cache_entries
         self._cache: dict[str, np.ndarray] = {}  # insertion order = recency (a hit moves the entry to the end)
         self._cache_lock = threading.Lock()
@@ -415,10 +427,12 @@ class WrappedEncoder:
         wholes = [plan for plan in plans if isinstance(plan, str)]
         piece_ids = self._cached([plan[1:] for plan in plans if isinstance(plan, list)])
         fresh = [p for p in unique if p not in piece_ids]
-        ids = self.tokenizer.id_lists([*fresh, *wholes])
-        piece_ids.update(zip(fresh, ids, strict=False))
+        parts = [self._split(p) for p in fresh]
+        ids = iter(self.tokenizer.id_lists([*(part for ps in parts for part in ps), *wholes]))
+        for piece, ps in zip(fresh, parts, strict=True):
+            piece_ids[piece] = next(ids) if len(ps) == 1 else [i for _ in ps for i in next(ids)]
         self._remember([plan[1:] for plan in plans if isinstance(plan, list)], piece_ids)
-        whole_ids = iter(ids[len(fresh):])
+        whole_ids = ids
         p, s = len(self.prefix_ids), len(self.suffix_ids)
         out = []
         for plan in plans:
@@ -435,6 +449,22 @@ class WrappedEncoder:
             row[at:] = self.suffix_ids
             out.append(row)
         return out
+
+    def _split(self, piece: str) -> list[str]:
+        """piece cut at safe line breaks (a line break, then a non-space character) into parts of at least
+        split_chars characters; [piece] when it is not longer than that."""
+        n = self.split_chars
+        if n <= 0 or len(piece) <= n:
+            return [piece]
+        parts, start = [], 0
+        while len(piece) - start > n:
+            m = _SAFE_CUT.search(piece, start + n)
+            if m is None:
+                break
+            parts.append(piece[start:m.start()])
+            start = m.start()
+        parts.append(piece[start:])
+        return parts
 
     def cache_info(self) -> dict:
         return {"limit": self.cache_entries, "held": len(self._cache), "hits": self.cache_hits,

@@ -461,18 +461,23 @@ def rendered_parts(requests) -> list[tuple[str, str]]:
 
 
 def assert_wrapped_equals_full(tok: tk.DecisionTokenizer, rows: list[tuple[str, ...]], what: str) -> None:
-    """encode_parts(rows) and encode_batch(joined rows) against the full-string encode of prefix + row + suffix."""
+    """encode_parts(rows) and encode_batch(joined rows) against the full-string encode of prefix + row + suffix; also
+    with a question-block cache (cold and warm) and with long pieces never split or cut at every safe line break
+    past 8 characters."""
     from startlux_native import prompt
 
     prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
     enc = tok.wrapped(prefix, suffix)
     cached = tok.wrapped(prefix, suffix, cache_entries=64)  # small: the long inputs also evict
+    unsplit, finely = tok.wrapped(prefix, suffix, split_chars=0), tok.wrapped(prefix, suffix, split_chars=8)
     contents = ["".join(r) for r in rows]
     full = tok.encode_batch([prefix + c + suffix for c in contents])
     tokens = sum(len(f) for f in full)
     for how, got in (("pieces", enc.encode_parts(rows)), ("contents", enc.encode_batch(contents)),
                      ("pieces, cache cold", cached.encode_parts(rows)),
-                     ("pieces, cache warm", cached.encode_parts(rows))):
+                     ("pieces, cache warm", cached.encode_parts(rows)),
+                     ("pieces, never split", unsplit.encode_parts(rows)),
+                     ("pieces, split every 8+ chars", finely.encode_parts(rows))):
         bad = [i for i, (a, b) in enumerate(zip(got, full, strict=True))
                if a.dtype != np.int32 or a.tolist() != b.tolist()]
         print(f"{what} ({how}): {len(rows)} prompts, {tokens} tokens, {len(bad)} differ from the full-string encode")
@@ -584,3 +589,24 @@ def test_engine_token_cache_sends_the_same_rows(dtok):
         print(entries, info)
         assert info["limit"] == entries and (info["hits"] > 0) == (entries > 0)
     assert sent[0] == sent[1024] and len(sent[0]) == 2 * 231
+
+
+def test_long_pieces_are_cut_only_at_safe_line_breaks(dtok):
+    """_split: the parts join back to the piece; every cut follows a line break and precedes a non-space character;
+    every part but the last has at least split_chars characters; short pieces and split_chars=0 stay whole."""
+    from startlux_native import prompt
+
+    enc = dtok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=40)
+    rng = random.Random(SEED)
+    lines = ["alpha beta", "  indented", "", "\t tab", "x", "Γειά σου", "- item", "\r", "12.5%", "  ", "end."]
+    for _ in range(300):
+        piece = "\n".join(rng.choice(lines) for _ in range(rng.randint(1, 40)))
+        parts = enc._split(piece)
+        assert "".join(parts) == piece
+        for left, right in zip(parts, parts[1:], strict=False):
+            assert left[-1] in "\r\n" and not right[0].isspace(), (left[-5:], right[:5])
+        assert all(len(p) >= 40 for p in parts[:-1])
+        if len(piece) <= 40:
+            assert parts == [piece]
+    whole = dtok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=0)
+    assert whole._split("a\nb" * 1000) == ["a\nb" * 1000]
