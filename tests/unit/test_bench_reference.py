@@ -65,18 +65,24 @@ def fresh_rows(lengths):
 
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
 def test_torch_backend_matches_the_numpy_reference(smoke_checkpoint, backends, mode):
-    """bf16 transformers vs the fp32 numpy reference: relative RMS <= 0.15 (bf16 drift over 8 layers measured
-    0.03-0.07). A misplaced tensor or a wrong norm convention gives O(1)."""
+    """bf16 transformers vs the fp32 numpy reference, judged on the median relative RMS of 7 fresh draws of rows:
+    <= 0.2. Over 60 random checkpoints x 2 draws (session 3) one draw measured median 0.055, p95 0.13, max 0.32,
+    and 5-10 % of single draws passed 0.15 (bf16 chaos of random weights, not clustered by checkpoint): a bound on
+    one draw failed CI now and then. A misplaced tensor or a wrong norm convention gives O(1) on every draw."""
     from startlux_native.checkpoint import load_checkpoint
     from startlux_native.reference import ReferenceBackend
 
-    rows = fresh_rows((1, 63, 65))
-    z = backends[mode].letter_logits(rows)
-    ref = ReferenceBackend(load_checkpoint(smoke_checkpoint, attention_mode=mode)).letter_logits(rows)
-    rel = float(np.sqrt(((z - ref) ** 2).mean() / (ref ** 2).mean()))
-    print(f"{mode}: relative RMS |torch bf16 - numpy fp32| = {rel:.4f}")
-    assert z.shape == (3, 26) and z.dtype == np.float32 and np.isfinite(z).all()
-    assert rel <= 0.15
+    reference = ReferenceBackend(load_checkpoint(smoke_checkpoint, attention_mode=mode))
+    rels = []
+    for _ in range(7):
+        rows = fresh_rows((1, 63, 65))
+        z = backends[mode].letter_logits(rows)
+        ref = reference.letter_logits(rows)
+        assert z.shape == (3, 26) and z.dtype == np.float32 and np.isfinite(z).all()
+        rels.append(float(np.sqrt(((z - ref) ** 2).mean() / (ref ** 2).mean())))
+    print(f"{mode}: relative RMS |torch bf16 - numpy fp32| per draw {[round(r, 4) for r in rels]}, "
+          f"median {np.median(rels):.4f}")
+    assert np.median(rels) <= 0.2
 
 
 def test_attention_mode_reaches_the_mask(backends):
