@@ -425,13 +425,14 @@ class WrappedEncoder:
             plans.append(merged if ok else self.prefix + "".join(merged) + self.suffix)
         unique = dict.fromkeys(p for plan in plans if isinstance(plan, list) for p in plan)
         wholes = [plan for plan in plans if isinstance(plan, str)]
-        piece_ids = self._cached([plan[1:] for plan in plans if isinstance(plan, list)])
+        tails = [plan[1:] for plan in plans if isinstance(plan, list)]  # the cacheable pieces of each row
+        piece_ids = self._cached(tails)
         fresh = [p for p in unique if p not in piece_ids]
         parts = [self._split(p) for p in fresh]
         ids = iter(self.tokenizer.id_lists([*(part for ps in parts for part in ps), *wholes]))
         for piece, ps in zip(fresh, parts, strict=True):
             piece_ids[piece] = next(ids) if len(ps) == 1 else [i for _ in ps for i in next(ids)]
-        self._remember([plan[1:] for plan in plans if isinstance(plan, list)], piece_ids)
+        self._remember(tails, piece_ids)
         whole_ids = ids
         p, s = len(self.prefix_ids), len(self.suffix_ids)
         out = []
