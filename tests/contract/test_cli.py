@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,6 +38,18 @@ def test_environment_twins_and_flag_precedence():
     assert (s.max_queue, s.demo, s.checkpoint, s.backend) == (5, False, "/x", "reference")
     assert Settings().max_prompt_tokens == 32768 and Settings().max_body_bytes == 4 * 1024 * 1024
     assert Settings().token_cache == 1024 and parse(["--demo"], {"CS1_TOKEN_CACHE": "0"}).token_cache == 0
+    assert Settings().parallel_tokenize and not parse(["--demo"], {"CS1_PARALLEL_TOKENIZE": "0"}).parallel_tokenize
+    assert not parse(["--demo", "--no-parallel-tokenize"], {}).parallel_tokenize
+
+
+def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
+    from server.__main__ import tokenizer_parallelism
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    tokenizer_parallelism(True)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    tokenizer_parallelism(False)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
 
 
 @pytest.mark.parametrize("argv,env", [([], {}), (["--demo", "--max-queue", "0"], {}), (["--demo"], {"CS1_PORT": "x"}),
