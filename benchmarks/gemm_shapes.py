@@ -9,10 +9,9 @@ candidates then), then one CUDA graph per handle holds `--calls` back-to-back cs
 rotates over a pool of copies of at least 256 MiB (more than 4x an H200's L2), so the weights stream from HBM as in
 a forward pass. The host clock brackets cs1_graph_launch + cs1_stream_sync (the ABI has no events): per-call time =
 trial / calls, so one launch and one sync (~10 us) are spread over the calls of both variants alike. Trials
-alternate between the two graphs; the median is reported. The tuned handle also times split-K variants of its
-candidates (gemm.cu, lever 19): a rank of 100 * s + r is heuristic r with s splits. Operands are random bf16
-(never zero). The tuned output's first rows are compared with the default's (different algorithms may round
-differently: a relative difference around 1e-3 is expected). Exit status 1 if any output is non-finite.
+alternate between the two graphs; the median is reported. Operands are random bf16 (never zero). The tuned output's
+first rows are compared with the default's (different algorithms may round differently: a relative difference
+around 1e-3 is expected). Exit status 1 if any output is non-finite.
 
 The "forward" lines weight the five shapes by their count in one 4B forward (32 layers: 24 GDN, 8 attention):
 24 x GDN in, 8 x attention qkv, 32 x gate+up, 32 x out/o_proj, 32 x down, i.e. the 128 fused GEMMs of the spec's

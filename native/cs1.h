@@ -167,8 +167,7 @@ int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int
              int64_t K, void *stream);
 /* opt-in: new plans time `candidates` heuristics on the call's operands and wait for the stream; 0 = off (gemm.cu) */
 int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
-/* a plan's winning heuristic rank (0 = first; a split-K variant of rank r with s splits: 100 s + r) and median us
- * (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
+/* a plan's winning heuristic rank (0 = first) and median us (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
 int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index, float *tuned_us);
 
 /* ---- letter read-out ----------------------------------------------------------------------------------- */

@@ -8,8 +8,7 @@
 //
 // Autotune (cs1_gemm_tune, off by default): cuBLASLt's first heuristic is not always the fastest at small M. With
 // candidates > 0 (at most 64; repeats 1..1000), the first cs1_gemm of a NEW (M, N, K, ldx, ldy, alignment) asks for
-// up to `candidates` heuristics, adds split-K variants of those that support it (2-16 splits, workspace reduction),
-// runs each once untimed and then `repeats` times between CUDA events on the caller's
+// up to `candidates` heuristics, runs each once untimed and then `repeats` times between CUDA events on the caller's
 // stream with the call's real operands (y is overwritten, then written by the real call; a buffer of twice the L2
 // size is overwritten before each timed call so the weights come from HBM as in a forward pass), and keeps the
 // lowest median (ties: the better-ranked one). Candidates that fail to launch are skipped. That call therefore WAITS
@@ -17,8 +16,8 @@
 // be read) no timing happens: the plan takes the first heuristic, untimed, for good. So warm shapes up eagerly
 // before capturing them, and do not make new plans while another capture is open in the same thread (events and
 // waits would break it). candidates = 0 turns tuning off again; existing plans are kept either way.
-// cs1_gemm_plan_info reports the winner's rank (a split-K variant of rank r with s splits: 100 * s + r) and median
-// (-1 when untimed) of the lowest-(ldx, ldy) plan of an (M, N, K).
+// cs1_gemm_plan_info reports the winner's rank and median (-1 when untimed) of the lowest-(ldx, ldy) plan of an
+// (M, N, K).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -39,7 +38,7 @@ struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo;
-    int32_t algo_index = 0;   // heuristic rank of algo (0 = cuBLASLt's first choice; + 100 * splits for a variant)
+    int32_t algo_index = 0;   // heuristic rank of algo (0 = cuBLASLt's first choice)
     float tuned_us = -1.0f;   // median time of the winner while tuning; -1 when the plan was not timed
 };
 
@@ -128,8 +127,7 @@ struct Events {
 // Times every candidate `repeats` times (one untimed warm-up call first) and stores the fastest in plan.
 // Candidates whose launch fails are skipped; a CUDA error left behind by a failed candidate is cleared, but a
 // sticky one (the context is unusable) is returned. With no candidate working, the plan keeps rank 0.
-int tune_plan(Gemm &g, Plan &plan, const std::vector<cublasLtMatmulHeuristicResult_t> &cands,
-              const std::vector<int32_t> &ranks, const Operands &o) {
+int tune_plan(Gemm &g, Plan &plan, const std::vector<cublasLtMatmulHeuristicResult_t> &cands, const Operands &o) {
     const int repeats = g.tune_repeats;
     ensure_flush_buffer(g);
     Events events;
@@ -180,53 +178,10 @@ int tune_plan(Gemm &g, Plan &plan, const std::vector<cublasLtMatmulHeuristicResu
     }
     if (best >= 0) {
         plan.algo = cands[(size_t)best].algo;
-        plan.algo_index = ranks[(size_t)best];
+        plan.algo_index = best;
         plan.tuned_us = best_us;
     }
     return 0;
-}
-
-// Split-K variants of the heuristic candidates, for tuning (lever 19): at prompt-sized M the N = 2560 projections
-// leave cuBLASLt's tiles too few CTAs to stream the weights at full bandwidth. Only workspace reductions (a fixed
-// order, so deterministic); a variant of candidate r with s splits gets plan rank 100 * s + r.
-constexpr uint32_t kSplitK[] = {2, 3, 4, 6, 8, 12, 16};
-
-void add_splitk_variants(Gemm &g, const Plan &plan, std::vector<cublasLtMatmulHeuristicResult_t> &cands,
-                         std::vector<int32_t> &ranks) {
-    const size_t n = cands.size();
-    for (size_t i = 0; i < n; ++i) {
-        const cublasLtMatmulAlgo_t &base = cands[i].algo;
-        int32_t support = 0;
-        uint32_t mask = 0, current = 1;
-        size_t written = 0;
-        if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
-                                              &written) != CUBLAS_STATUS_SUCCESS || !support)
-            continue;
-        if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask, sizeof mask,
-                                              &written) != CUBLAS_STATUS_SUCCESS)
-            continue;
-        const uint32_t compute = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, output = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-        const uint32_t scheme = (mask & compute) ? compute : (mask & output) ? output : 0u;
-        if (!scheme) continue;
-        (void)cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &current, sizeof current,
-                                                   &written);
-        for (uint32_t splits : kSplitK) {
-            if (splits == current) continue;
-            cublasLtMatmulHeuristicResult_t v = cands[i];
-            cublasLtMatmulHeuristicResult_t checked = {};
-            if (cublasLtMatmulAlgoConfigSetAttribute(&v.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                                     sizeof splits) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(&v.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                     sizeof scheme) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoCheck(g.handle, plan.op, plan.a, plan.b, plan.d, plan.d, &v.algo, &checked) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                checked.state != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > g.workspace_bytes)
-                continue;
-            v.workspaceSize = checked.workspaceSize;
-            cands.push_back(v);
-            ranks.push_back(100 * (int32_t)splits + (int32_t)i);
-        }
-    }
 }
 
 int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
@@ -283,11 +238,7 @@ int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
     plan.algo = results[0].algo;
     plan.algo_index = 0;
     plan.tuned_us = -1.0f;
-    if (!timed) return 0;
-    std::vector<int32_t> ranks(results.size());
-    for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = (int32_t)i;
-    add_splitk_variants(g, plan, results, ranks);
-    return tune_plan(g, plan, results, ranks, o);
+    return timed ? tune_plan(g, plan, results, o) : 0;
 }
 
 }  // namespace
