@@ -8,6 +8,8 @@
 # ARMS names the arms (default "A B"; the first is the baseline every other arm is compared with). LIB_<arm>
 # defaults to target/libqwen3_5_cuda.so; ENV_<arm> adds environment settings to one server (e.g.
 # ENV_B="CS1_TOKEN_CACHE=0"), so a host-side lever is judged the same way. Arm i listens on port 8010 + i.
+# BURN_<arm>=n keeps n lowest-priority busy loops running during that arm's traversals (a probe of the machine's
+# idle wake-up latency: the same server with some CPUs kept awake).
 # (BACKEND=reference with a small CKPT and META_SET="--set gpu=none --set driver=none --set checkpoint_revision=x"
 # runs the same steps without a GPU: a dry run of the script itself.)
 # Writes $OUT/ab.txt (per-traversal summaries, bench.py compare of the first arm against each other arm over all
@@ -64,7 +66,10 @@ for arm in "${ARMS[@]}"; do
 done
 for ((r = 1; r <= ROUNDS; r++)); do
   for arm in "${ARMS[@]}"; do
+    burn=BURN_$arm spinners=()
+    for ((k = 0; k < ${!burn:-0}; k++)); do nice -n 19 sh -c 'while :; do :; done' & spinners+=($!); done
     run "$arm" measured "$arm-t$r"
+    [ ${#spinners[@]} -gt 0 ] && { kill "${spinners[@]}"; wait "${spinners[@]}" 2>/dev/null; }
     echo "$arm round $r: $(python3 benchmarks/bench.py summary "$R/$arm-t$r" | grep -E "latency \(ok\)")" | tee -a "$T"
   done
 done
