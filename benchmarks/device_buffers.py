@@ -13,6 +13,13 @@ class DeviceBuffers:
         self.lib, self.ffi, self.stream, self.rng = lib, lib.ffi, stream, rng
         self._ptrs: list = []
 
+    @classmethod
+    def on_new_stream(cls, lib, rng: np.random.Generator) -> DeviceBuffers:
+        """Buffers on a stream of their own (`.stream`)."""
+        p = lib.ffi.new("void **")
+        lib.cs1_stream_create(p)
+        return cls(lib, p[0], rng)
+
     def _malloc(self, nbytes: int):
         p = self.ffi.new("void **")
         self.lib.cs1_malloc(p, max(int(nbytes), 1))

@@ -37,10 +37,8 @@ def main(argv=None) -> int:
     lib = abi.load(args.library)
     ffi = lib.ffi
     rng = np.random.default_rng(0)
-    s_ = ffi.new("void **")
-    lib.cs1_stream_create(s_)
-    s = s_[0]
-    dev = DeviceBuffers(lib, s, rng)
+    dev = DeviceBuffers.on_new_stream(lib, rng)
+    s = dev.stream
     up, empty, rb = dev.up, dev.empty, dev.rb
 
     def timed(fn) -> float:

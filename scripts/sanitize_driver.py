@@ -13,10 +13,8 @@ from startlux_native import abi
 lib = abi.load()
 ffi = lib.ffi
 rng = np.random.default_rng(0)
-s = ffi.new("void **")
-lib.cs1_stream_create(s)
-stream = s[0]
-dev = DeviceBuffers(lib, stream, rng)
+dev = DeviceBuffers.on_new_stream(lib, rng)
+stream = dev.stream
 up, empty, rb = dev.up, dev.empty, dev.rb
 
 

@@ -6,15 +6,12 @@ import hashlib
 import json
 import math
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from server_process import running_server
 
 from benchmarks import bench, metadata
 from benchmarks.manifests import build_public231
@@ -295,43 +292,11 @@ def test_run_refuses_an_existing_output_dir_and_a_foreign_manifest(tmp_path, cap
 # ---- end to end against a real demo server --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
-    import httpx
-
-    port = free_port()
     log_path = tmp_path_factory.mktemp("bench-server") / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "server", "--demo", "--host", "127.0.0.1", "--port",
-                                 str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 150
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"demo server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"demo server not ready:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(url + "/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+    with running_server(["-m", "server", "--demo", "--host", "127.0.0.1"], log_path) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_run_summary_compare_end_to_end(demo_server, tmp_path, capsys):

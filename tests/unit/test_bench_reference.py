@@ -122,38 +122,13 @@ def test_padding_does_not_change_a_result(backends, mode):
 
 def test_reference_server_answers_a_bench_run_on_the_cpu(smoke_checkpoint, tmp_path):
     """The reference arm as a process (eager, CPU, the server package's app), timed by bench.py end to end."""
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     import httpx
+    from server_process import running_server
 
     from benchmarks import bench
 
-    root = Path(__file__).resolve().parents[2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = tmp_path / "reference.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "benchmarks/reference_server.py", str(smoke_checkpoint), "--mode",
-                                 "eager", "--device", "cpu", "--port", str(port)], cwd=root, stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 150
-        while True:
-            assert proc.poll() is None, log_path.read_text(errors="replace")
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-            try:
-                if httpx.get(url + "/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    args = ["benchmarks/reference_server.py", str(smoke_checkpoint), "--mode", "eager", "--device", "cpu"]
+    with running_server(args, tmp_path / "reference.log") as url:
         info = httpx.get(url + "/info", timeout=5).json()
         assert info["backend"]["name"] == "transformers-eager" and info["backend"]["attention_mode"] == "bidirectional"
         rows = [{"id": "c", "request": {"state": {"ticket": "charged twice"}, "questions": {
@@ -173,9 +148,3 @@ def test_reference_server_answers_a_bench_run_on_the_cpu(smoke_checkpoint, tmp_p
                          "--phase", "feasibility", "--concurrency", "1", "--warmup", "1", "--score-decimals", "6",
                          "--output", str(tmp_path / "run"), "--no-progress"])
         assert rc == 0, (tmp_path / "run" / "responses.jsonl").read_text()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
