@@ -98,19 +98,26 @@ def test_ready_is_503_before_the_model_is_loaded(fleet):
     assert first["health"].status_code == 200 and first["health"].json()["state"] == "loading"
 
 
-def test_full_queue_answers_429_at_once_with_retry_after(slow_server):
-    """--max-queue 1 and every request held SLOW_DELAY_S on the GPU thread: the second request is refused at once."""
-    results = {}
+def post_in_background(url: str, until_metric: str) -> tuple[threading.Thread, dict]:
+    """POST the standard request from a thread; return once /metrics shows `until_metric` (it reached the server).
+    The response lands in the dict under "response" when the thread ends."""
+    result: dict = {}
 
-    def first():
-        results["first"] = httpx.post(slow_server.url + "/v1/systemone", json=STANDARD, timeout=60)
+    def post():
+        result["response"] = httpx.post(url + "/v1/systemone", json=STANDARD, timeout=60)
 
-    t = threading.Thread(target=first)
+    t = threading.Thread(target=post)
     t.start()
     deadline = time.monotonic() + 10
-    while "cs1_admitted 1.0" not in httpx.get(slow_server.url + "/metrics").text:
-        assert time.monotonic() < deadline
+    while until_metric not in httpx.get(url + "/metrics").text:
+        assert time.monotonic() < deadline, f"{until_metric!r} never showed in /metrics"
         time.sleep(0.02)
+    return t, result
+
+
+def test_full_queue_answers_429_at_once_with_retry_after(slow_server):
+    """--max-queue 1 and every request held SLOW_DELAY_S on the GPU thread: the second request is refused at once."""
+    t, first = post_in_background(slow_server.url, "cs1_admitted 1.0")
     t0 = time.monotonic()
     r = httpx.post(slow_server.url + "/v1/systemone", json=STANDARD, timeout=60)
     elapsed = time.monotonic() - t0
@@ -124,7 +131,7 @@ def test_full_queue_answers_429_at_once_with_retry_after(slow_server):
         c.system_one(state=STANDARD["state"], questions=STANDARD["questions"])
     assert e.value.retry_after_ms and e.value.retry_after_ms > 0
     t.join()
-    assert results["first"].status_code == 200
+    assert first["response"].status_code == 200
     # and the slot is free again
     assert httpx.post(slow_server.url + "/v1/systemone", json=STANDARD, timeout=60).status_code == 200
 
@@ -155,23 +162,13 @@ def test_sticky_device_failure_is_503_then_the_process_exits_non_zero(fleet):
 
 def test_sigterm_drains_in_flight_work_and_refuses_new_work(fleet):
     server = fleet["drain"].wait_ready()
-    results = {}
-
-    def slow_request():
-        results["in_flight"] = httpx.post(server.url + "/v1/systemone", json=STANDARD, timeout=60)
-
-    t = threading.Thread(target=slow_request)
-    t.start()
-    deadline = time.monotonic() + 10
-    while "cs1_in_flight 1.0" not in httpx.get(server.url + "/metrics").text:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    t, in_flight = post_in_background(server.url, "cs1_in_flight 1.0")
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)  # the drain starts on the next 0.1 s tick
     late = httpx.post(server.url + "/v1/systemone", json=STANDARD, timeout=10)
     assert_error(late, 503, "shutting down")
     assert httpx.get(server.url + "/ready").status_code == 503
     t.join()
-    assert results["in_flight"].status_code == 200, results["in_flight"].text
+    assert in_flight["response"].status_code == 200, in_flight["response"].text
     assert server.proc.wait(30) == 0, server.log()
     assert "draining" in server.log()
