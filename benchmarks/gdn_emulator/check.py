@@ -1,0 +1,126 @@
+"""CPU check of native/gdn.cu's prefill kernels, without a GPU: a block emulator (prefix.h) runs the real kernel
+source, every CUDA thread a std::thread. It checks logic (fragment layouts, cp.async group accounting, masking,
+packed prompts), not speed, and not races between blocks.
+
+    python benchmarks/gdn_emulator/check.py NATIVE_DIR [--against OLD_NATIVE_DIR] [--walk "<kernel<...>>"]
+
+Builds NATIVE_DIR/gdn.cu (less its device set-up and C API) + prefix.h + driver.cpp with g++ (C++20, CUDA headers
+from $CUDA_HOME/include) and runs cases of 1 to 700 rows against tests/gpu/test_gdn.py's float64 recurrence
+(limit 2e-2 x max|ref|), packed prompts against separate calls and a repeat (bit for bit). With --against, the
+same cases also run through OLD_NATIVE_DIR's kernels and every output must have the same bytes: the check of a
+change meant to leave results unchanged. The emulator sums each MMA in double (the hardware's fp32 order is
+unspecified), so "the same bytes" here means the same operands in the same order, which the GPU then also gives.
+--walk picks the walk kernel instantiation (default: the pre-split double-buffered walk when the source has it).
+Several minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+from startlux_native import bf16  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("tg", ROOT / "tests" / "gpu" / "test_gdn.py")
+tg = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tg)
+D = 128
+WORK = Path(tempfile.mkdtemp(prefix="gdn-emu-"))
+
+
+def build(native: Path, walk: str | None, name: str) -> Path:
+    src = (native / "gdn.cu").read_text()
+    if walk is None:
+        walk = "gdn_walk_mma_kernel<2, true>" if "bool kPreSplit" in src else "gdn_walk_mma_kernel<2>"
+    body = src[:src.index("// The walk variants") if "// The walk variants" in src else src.index("// Opt in to")]
+    body += "}  // namespace\n"
+    body = body.replace("#include <atomic>", "")
+    body = body.replace('#include "common.cuh"', '#include "prefix.h"\n#include "common.cuh"')
+    body = body.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
+                        "unsigned char *smem_raw = (unsigned char *)smem;")
+    (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
+    exe = WORK / name
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    subprocess.run(["g++", "-std=c++20", "-O2", "-pthread", "-w", f"-I{cuda}/include", f"-I{HERE}", f"-I{native}",
+                    f"-DWALK={walk}", str(WORK / f"{name}.cpp"), "-o", str(exe)], check=True)
+    print(f"built {name} from {native} (walk {walk})", flush=True)
+    return exe
+
+
+def run(exe, bits, ld, g, beta, cu, t, h, hk):
+    d = WORK / "data"
+    d.mkdir(exist_ok=True)
+    bits.tofile(d / "qkv.bin")
+    g.tofile(d / "g.bin")
+    beta.tofile(d / "beta.bin")
+    np.asarray(cu, np.int32).tofile(d / "cu.bin")
+    subprocess.run([str(exe), "prefill", str(d), str(t), str(h), str(hk), str(ld), str(len(cu) - 1), repr(D**-0.5)],
+                   check=True, capture_output=True)
+    return np.fromfile(d / "o.bin", dtype=np.uint16).reshape(t, h, D)
+
+
+def case(exes, lengths, h, hk, pad=0, extra=0, amplitude=1.0, weak=False, separate=False, seed=0):
+    exe, old = exes
+    rng = np.random.default_rng(seed)
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1]) + pad
+    bits, ld, g, beta, q, k, v = tg.prefill_inputs(rng, t, h, hk, amplitude=amplitude, weak=weak, extra_cols=extra)
+    t0 = time.time()
+    raw = run(exe, bits, ld, g, beta, cu, t, h, hk)
+    o = bf16.from_bits(raw)
+    ref = tg.packed_recurrence(q, k, v, g.astype(np.float64), beta.astype(np.float64), cu, D**-0.5, t)
+    assert np.all(np.isfinite(o)), "non-finite output"
+    assert np.all(o[cu[-1]:] == 0), "padding rows are not zero"
+    ratio = float(np.max(np.abs(o - ref)) / np.max(np.abs(ref)))
+    note = ""
+    if old is not None:
+        same = np.array_equal(raw, run(old, bits, ld, g, beta, cu, t, h, hk))
+        note = ", same bytes as the old kernels" if same else ", DIFFERENT bytes from the old kernels"
+        assert same, "the output differs from the old kernels'"
+    print(f"{lengths} H={h} HK={hk} pad={pad} ld+{extra} amp={amplitude} weak={weak}: max err / max|ref| "
+          f"{ratio:.3e}{note} ({time.time() - t0:.0f} s)", flush=True)
+    assert ratio <= 2e-2
+    if separate:
+        for a, b in zip(cu[:-1], cu[1:], strict=True):
+            if b > a:
+                alone = run(exe, bits[a:b].copy(), ld, g[a:b].copy(), beta[a:b].copy(), [0, b - a], int(b - a), h, hk)
+                assert np.array_equal(alone, raw[a:b]), f"rows {a}:{b} differ from a separate call"
+        print("  packed == separate calls, bit for bit", flush=True)
+    return raw
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("native", type=Path)
+    ap.add_argument("--against", type=Path, help="a native/ folder whose kernels must give the same bytes")
+    ap.add_argument("--walk", help="walk kernel instantiation of NATIVE (default: see above)")
+    args = ap.parse_args(argv)
+    exes = (build(args.native.resolve(), args.walk, "emu"),
+            build(args.against.resolve(), None, "emu_old") if args.against else None)
+    case(exes, [1], 2, 1)
+    case(exes, [64], 2, 2)
+    case(exes, [200], 8, 2, extra=72)
+    case(exes, [1, 64, 65, 130, 0, 7], 4, 2, pad=37, separate=True)
+    case(exes, [64, 128, 192, 1, 1, 1, 129, 0, 2], 2, 1, pad=70, separate=True)
+    case(exes, [300], 4, 2, amplitude=1e-9)
+    case(exes, [700], 2, 1, weak=True)
+    a = case(exes, [40] * 3 + [1] * 20, 2, 1, pad=5)
+    b = case(exes, [40] * 3 + [1] * 20, 2, 1, pad=5)
+    assert np.array_equal(a, b), "a repeat differs"
+    print("repeat equal, bit for bit; all cases passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+// ---- emulation driver: one cs1_gdn_prefill (index, prep, walk, out) on files written by check.py ----
+// WALK is the walk kernel instantiation to run, e.g. gdn_walk_mma_kernel<2, true> (set by check.py with -DWALK=...).
+#include <string>
+static std::vector<char> readf(const std::string &p) {
+    FILE *f = fopen(p.c_str(), "rb");
+    if (!f) { perror(p.c_str()); exit(2); }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    std::vector<char> b(n + 64);
+    if (fread(b.data(), 1, n, f) != (size_t)n) exit(3);
+    fclose(f);
+    return b;
+}
+static void writef(const std::string &p, const void *d, size_t n) {
+    FILE *f = fopen(p.c_str(), "wb");
+    fwrite(d, 1, n, f);
+    fclose(f);
+}
+static void *amalloc(size_t n, int fill) {
+    void *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    memset(p, fill, n);
+    return p;
+}
+template <class V> static V *copy_in(const std::vector<char> &b) {
+    V *p = (V *)amalloc(b.size(), 0);
+    memcpy(p, b.data(), b.size());
+    return p;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 9) { fprintf(stderr, "usage: emu DIR T H HK LD N_SEQS SCALE\n"); return 2; }
+    const std::string dir = argv[2];
+    const int64_t T = atoll(argv[3]), H = atoll(argv[4]), HK = atoll(argv[5]), ld = atoll(argv[6]), n = atoll(argv[7]);
+    const float scale = atof(argv[8]);
+    bf16 *x = copy_in<bf16>(readf(dir + "/qkv.bin"));
+    float *g = copy_in<float>(readf(dir + "/g.bin")), *beta = copy_in<float>(readf(dir + "/beta.bin"));
+    int32_t *cu = copy_in<int32_t>(readf(dir + "/cu.bin"));
+    Layout lay(T, n, H);
+    unsigned char *ws = (unsigned char *)amalloc(lay.total, 0xFF);  // poisoned, as the GPU tests do
+    const size_t obytes = T * H * 128 * 2;
+    bf16 *o = (bf16 *)amalloc(obytes, 0xFF);
+    const int64_t nc = (T + kC - 1) / kC + n;
+    emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
+               (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
+    emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
+               (const float *)beta, int(n), int(H), int(HK), ws, lay);
+    if (n > 0) emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), ws, lay);
+    emu_launch(gdn_out_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(T), int(H), int(HK),
+               scale, ws, lay, o);
+    writef(dir + "/o.bin", o, obytes);
+    return 0;
+}
