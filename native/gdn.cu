@@ -296,41 +296,8 @@ struct WalkBuf {
     float gam[kC];
     float rk[kC];
 };
-// The walk's shared B operands (the state slab S, [128][kLdSl], and diag(f) Delta, [64][kLdSl]). Pre-split: each
-// value is stored as tf32 hi + lo, split once by its writer, instead of as fp32 split again by every warp that
-// reads it (4 readers of each S value, 8 of each diag(f) Delta value). The MMAs receive the same bits in the same
-// order either way; pre-splitting takes 30 KiB more shared memory.
-template <bool kPreSplit>
-struct WalkOperand {
-    uint32_t *first;   // hi (pre-split) or the fp32 value's bits
-    uint32_t *second;  // lo (pre-split only)
-    __device__ __forceinline__ void put2(int at, float x0, float x1) const {  // at: even
-        if (kPreSplit) {
-            uint2 h, l;
-            tf32_split(x0, h.x, l.x);
-            tf32_split(x1, h.y, l.y);
-            *reinterpret_cast<uint2 *>(first + at) = h;
-            *reinterpret_cast<uint2 *>(second + at) = l;
-        } else {
-            *reinterpret_cast<float2 *>(first + at) = make_float2(x0, x1);
-        }
-    }
-    // the B fragment of rows (r, r + 4) at column c, at = r * kLdSl + c
-    __device__ __forceinline__ void fragment(int at, uint32_t hi[2], uint32_t lo[2]) const {
-        if (kPreSplit) {
-            hi[0] = first[at], hi[1] = first[at + 4 * kLdSl];
-            lo[0] = second[at], lo[1] = second[at + 4 * kLdSl];
-        } else {
-            tf32_split(__uint_as_float(first[at]), hi[0], lo[0]);
-            tf32_split(__uint_as_float(first[at + 4 * kLdSl]), hi[1], lo[1]);
-        }
-    }
-};
-// kBufs = 2 double-buffers the chunk operands: 181 KiB pre-split (sm_90), 151 KiB not (sm_80); kBufs = 1, not
-// pre-split, fits the 99 KiB of sm_86 / sm_89.
-constexpr size_t walk_mma_smem(int bufs, bool pre_split) {
-    return bufs * sizeof(WalkBuf) + (pre_split ? 2 : 1) * (kD + kC) * kLdSl * sizeof(uint32_t);
-}
+// kBufs = 2 double-buffers the chunk operands (151 KiB: sm_90 / sm_80); 1 fits the 99 KiB of sm_86 / sm_89.
+constexpr size_t walk_mma_smem(int bufs) { return bufs * sizeof(WalkBuf) + (kD * kLdSl + kC * kLdSl) * sizeof(float); }
 static_assert(sizeof(WalkBuf) % 16 == 0, "WalkBuf keeps 16-byte alignment");
 
 struct OutSmem {
@@ -365,7 +332,7 @@ __device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int
 //   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
 // while the next chunk's W, k, U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with one
 // buffer they load after the chunk).
-template <int kBufs, bool kPreSplit>
+template <int kBufs>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, unsigned char *__restrict__ ws,
                                                                    Layout lay) {
@@ -380,10 +347,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     WalkBuf *buf = reinterpret_cast<WalkBuf *>(smem_raw);
-    uint32_t *ops = reinterpret_cast<uint32_t *>(buf + kBufs);
-    const int n_s = kD * kLdSl, n_df = kC * kLdSl;
-    const WalkOperand<kPreSplit> sS{ops, ops + n_s + n_df};  // state slab entering the chunk
-    const WalkOperand<kPreSplit> sDf{ops + n_s, ops + 2 * n_s + n_df};  // diag(f) Delta
+    float *sS = reinterpret_cast<float *>(buf + kBufs);  // [128][kLdSl] state slab entering the chunk
+    float *sDf = sS + kD * kLdSl;                         // [64][kLdSl] diag(f) Delta
 
     {
         const int len = min(kC, row_end - row_begin);
@@ -408,10 +373,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int col = 8 * j + 2 * t;
-                sS.put2(r * kLdSl + col, st[j][0], st[j][1]);
-                sS.put2((r + 8) * kLdSl + col, st[j][2], st[j][3]);
-                *reinterpret_cast<float2 *>(s0 + r * kD + col) = make_float2(st[j][0], st[j][1]);
-                *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = make_float2(st[j][2], st[j][3]);
+                const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
+                *reinterpret_cast<float2 *>(sS + r * kLdSl + col) = lo;
+                *reinterpret_cast<float2 *>(sS + (r + 8) * kLdSl + col) = hi;
+                *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
+                *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
             }
         }
         __syncthreads();
@@ -429,7 +395,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     uint32_t bh[2], bl[2];
-                    sS.fragment((k0 + t) * kLdSl + n0 + 8 * j + g, bh, bl);
+                    tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
                     mma_tf32(small[j], ah, bl);
                     mma_tf32(small[j], al, bh);
                     mma_tf32(big[j], ah, bh);
@@ -447,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
                     const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
                     *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
-                    sDf.put2(i * kLdSl + col, d0 * f, d1 * f);
+                    *reinterpret_cast<float2 *>(sDf + i * kLdSl + col) = make_float2(d0 * f, d1 * f);
                 }
             }
         }
@@ -466,7 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     uint32_t bh[2], bl[2];
-                    sDf.fragment((i0 + t) * kLdSl + 8 * j + g, bh, bl);
+                    tf32_split(sDf[(i0 + t) * kLdSl + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sDf[(i0 + t + 4) * kLdSl + 8 * j + g], bh[1], bl[1]);
                     mma_tf32(small[j], a, bl);
                     mma_tf32(big[j], a, bh);
                 }
@@ -615,41 +583,32 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 }
 
 
-// The walk variants, largest shared memory first: the first that fits the device's opt-in limit is used.
-enum WalkVariant { kWalkOneBuf = 0, kWalkTwoBufs = 1, kWalkTwoBufsPreSplit = 2 };
-
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call) and pick
-// the walk variant from the device's shared memory per block.
-int configure_device(WalkVariant *walk) {
+// the walk's buffer count from the device's shared memory per block. *walk_bufs: 1 or 2.
+int configure_device(int *walk_bufs) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> variant[64];
+    static std::atomic<int> bufs[64];
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
-        *walk = WalkVariant(variant[dev].load(std::memory_order_relaxed));
+        *walk_bufs = bufs[dev].load(std::memory_order_relaxed);
         return 0;
     }
     CS1_CUDA(cudaFuncSetAttribute(gdn_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(kPrepMmaSmem)));
     int optin = 0;
     CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (size_t(optin) >= walk_mma_smem(2, true)) {
-        *walk = kWalkTwoBufsPreSplit;
-        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(walk_mma_smem(2, true))));
-    } else if (size_t(optin) >= walk_mma_smem(2, false)) {
-        *walk = kWalkTwoBufs;
-        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<2, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(walk_mma_smem(2, false))));
-    } else {
-        *walk = kWalkOneBuf;
-        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<1, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(walk_mma_smem(1, false))));
-    }
+    *walk_bufs = size_t(optin) >= walk_mma_smem(2) ? 2 : 1;
+    if (*walk_bufs == 2)
+        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(walk_mma_smem(2))));
+    else
+        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(walk_mma_smem(1))));
     CS1_CUDA(cudaFuncSetAttribute(gdn_out_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutMmaSmem)));
     if (cached) {
-        variant[dev].store(int(*walk), std::memory_order_relaxed);
+        bufs[dev].store(*walk_bufs, std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -688,8 +647,8 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    WalkVariant walk = kWalkTwoBufs;
-    const int st = configure_device(&walk);
+    int walk_bufs = 2;
+    const int st = configure_device(&walk_bufs);
     if (st != 0) return st;
 
     cudaStream_t s = cs1_stream(stream);
@@ -703,15 +662,10 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws,
                                                                    lay);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
-    if (n_seqs > 0 && walk == kWalkTwoBufsPreSplit)
-        gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, walk_mma_smem(2, true), s>>>(x, ld, int(H), int(HK), ws,
-                                                                                         lay);
-    else if (n_seqs > 0 && walk == kWalkTwoBufs)
-        gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, walk_mma_smem(2, false), s>>>(x, ld, int(H), int(HK), ws,
-                                                                                           lay);
+    if (n_seqs > 0 && walk_bufs == 2)
+        gdn_walk_mma_kernel<2><<<walk_grid, kThreads, walk_mma_smem(2), s>>>(x, ld, int(H), int(HK), ws, lay);
     else if (n_seqs > 0)
-        gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, walk_mma_smem(1, false), s>>>(x, ld, int(H), int(HK), ws,
-                                                                                           lay);
+        gdn_walk_mma_kernel<1><<<walk_grid, kThreads, walk_mma_smem(1), s>>>(x, ld, int(H), int(HK), ws, lay);
     CS1_CUDA(cudaGetLastError());
     gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale,
                                                                  ws, lay, static_cast<bf16 *>(o));
