@@ -58,13 +58,12 @@ def tokenizer_parallelism(on: bool) -> None:
     """--parallel-tokenize decides, whatever TOKENIZERS_PARALLELISM said before (the tokenizers library reads it on
     each batch call; set before the tokenizer is loaded)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if on else "false"
-    logging.getLogger("server").info("tokenizer parallelism: %s (--parallel-tokenize)", "on" if on else "off")
 
 
 def main(argv=None) -> int:
     settings = parse(argv)
     _setup_logging(settings.log_level)
-    tokenizer_parallelism(settings.parallel_tokenize)
+    tokenizer_parallelism(settings.parallel_tokenize)  # shown as parallel_tokenize in the start-up settings line
     runtime = Runtime(settings)
     app = create_app(settings, runtime)
     config = uvicorn.Config(
