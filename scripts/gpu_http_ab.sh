@@ -13,7 +13,8 @@
 # (BACKEND=reference with a small CKPT and META_SET="--set gpu=none --set driver=none --set checkpoint_revision=x"
 # runs the same steps without a GPU: a dry run of the script itself.)
 # Writes $OUT/ab.txt (per-traversal summaries, bench.py compare of the first arm against each other arm over all
-# traversals, and each arm's server-side medians stage by stage) and $OUT/ab.tgz (runs and server logs).
+# traversals, and each arm's server-side medians stage by stage) and $OUT/ab.tar.xz (runs and server logs; xz,
+# because every run repeats the manifest's requests: gzip left 7 MB for four arms).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-$PWD/gpu_http_ab_out}
@@ -29,7 +30,7 @@ pids=()
 finish() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   wait 2>/dev/null
-  tar czf "$FINAL/ab.tgz" -C "$W/.." ab
+  tar cJf "$FINAL/ab.tar.xz" -C "$W/.." ab
 }
 trap finish EXIT
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
@@ -62,7 +63,7 @@ run() {  # arm, phase, output name
     >"$W/bench-$3.log" 2>&1
 }
 for arm in "${ARMS[@]}"; do
-  run "$arm" feasibility "$arm-feas" || { echo "feasibility of $arm failed (ab.tgz)" | tee -a "$T"; exit 1; }
+  run "$arm" feasibility "$arm-feas" || { echo "feasibility of $arm failed (ab.tar.xz)" | tee -a "$T"; exit 1; }
 done
 for ((r = 1; r <= ROUNDS; r++)); do
   for arm in "${ARMS[@]}"; do
