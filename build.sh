@@ -120,8 +120,16 @@ trap 'rm -f "$tmp"' EXIT
 sources=("$ROOT"/native/*.cu)
 echo "build.sh: nvcc $nvcc_version ($nvcc_bin), sm_$ARCH, cuBLASLt $cublas_lib" >&2
 # shellcheck disable=SC2086
+# Target 90 also builds the sm_90a-only kernels (wgmma): SASS for sm_90a (every compute capability 9.0 GPU runs it)
+# plus compute_90 PTX for newer GPUs to JIT, where those kernels are stubs the dispatchers never pick.
+case "$ARCH" in
+  90) gencode=(-gencode "arch=compute_90a,code=sm_90a" -gencode "arch=compute_90,code=compute_90"
+               -DCS1_SM90A_KERNELS) ;;
+  90a) gencode=(-gencode "arch=compute_90a,code=[sm_90a,compute_90a]" -DCS1_SM90A_KERNELS) ;;
+  *) gencode=(-gencode "arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]") ;;
+esac
 "$nvcc_bin" -O3 -std=c++17 \
-  -gencode "arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]" \
+  "${gencode[@]}" \
   -shared -Xcompiler -fPIC -Xcompiler -Wall,-Wextra -cudart static \
   -I"$ROOT/native" -I"$cublas_inc" \
   -DCS1_BUILD_ARCH="\"sm_$ARCH\"" -DCS1_BUILD_NVCC="\"$nvcc_version\"" -DCS1_BUILD_GIT="\"$git_describe\"" \

@@ -404,10 +404,262 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 #endif
 }
 
+// ---- sm_90: warpgroup MMA (wgmma) kernel, bidirectional -------------------------------------------------------
+//
+// One block = one warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. S = Q K^T and
+// O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared memory, P from registers (bf16, the
+// same rounding as the mma.sync kernels), V from shared memory read as an MN-major operand. Shared tiles are 4
+// panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)),
+// the layout the wgmma descriptors name. 96 KiB per block, so two blocks share an SM and one block's softmax runs
+// while the other's MMAs do. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
+// and the dispatcher picks it only on compute capability 9.0. Its bits differ from the mma.sync kernels (the
+// tensor cores sum in another order), so a device uses one family for every length.
+
+constexpr int kWgRows = 64;                                // query rows per block
+[[maybe_unused]] constexpr int kWgKeys = 64;                             // keys per tile
+constexpr int kWgPanelBytes = 64 * 128;                    // one 64-column panel of a 64-row tile
+constexpr int kWgTileBytes = 4 * kWgPanelBytes;            // 64 rows x 256 columns of bf16
+constexpr int kWgSmemBytes = 3 * kWgTileBytes + 1024;      // Q, K, V + slack to align the base to 1024 bytes
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s; rows >= valid are zeros.
+__device__ __forceinline__ void wg_load_tile(uint32_t s, const uint16_t *g, int64_t ld, int valid, int tid) {
+    const int ch = tid & 31;          // 16-byte chunk of the 512-byte row
+    const int panel = ch >> 3, pc = ch & 7;
+#pragma unroll 4
+    for (int i = 0; i < 16; ++i) {
+        const int r = (tid >> 5) + 4 * i;
+        const bool ok = r < valid;
+        const uint32_t dst = s + panel * kWgPanelBytes + r * 128 + ((pc ^ (r & 7)) << 4);
+        cp_async_16(dst, ok ? g + r * ld + ch * 8 : g, ok);
+    }
+}
+
+// shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead_bytes >> 4) << 16) |
+           (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// generic-proxy writes (cp.async) made visible to the async proxy that wgmma reads shared memory through
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define CS1_WG_D32                                                                                              \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define CS1_WG_D32_OPERANDS(d)                                                                                   \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// d (64x64 fp32) = [d +] A (64x16, K-major in shared memory) * B (16x64, K-major in shared memory)
+__device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CS1_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : CS1_WG_D32_OPERANDS(d)
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d (64x64 fp32) += A (64x16 bf16 in registers, the mma.m16n8k16 A layout per warp) * B (16x64, MN-major in smem)
+__device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CS1_WG_D32
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : CS1_WG_D32_OPERANDS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#undef CS1_WG_D32
+#undef CS1_WG_D32_OPERANDS
+#endif
+
+// Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
+// column 8j + 2t + (e & 1), with g = lane / 4, t = lane % 4.
+__global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const AttnParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t wg_smem_raw[];
+    const uint32_t base = (smem_u32(wg_smem_raw) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sK = base + kWgTileBytes, sV = base + 2 * kWgTileBytes;
+
+    const int tid = threadIdx.x;
+    const int head = blockIdx.x % p.Hq;
+    const int slot = blockIdx.x / p.Hq;
+    TileWork w;
+    if (!find_tile<kWgRows, false>(p, slot, w)) return;
+
+    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;
+    const int row0 = w.tile * kWgRows;
+    const int seq_len = w.end - w.start;
+    if (w.padding) {  // padding rows: zeros
+        const int rows = min(kWgRows, seq_len - row0);
+        uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+        for (int c = tid; c < rows * kChunksPerRow; c += 128)
+            *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) =
+                make_uint4(0, 0, 0, 0);
+        return;
+    }
+
+    const int kvh = head / p.group;
+    const int64_t ldk = static_cast<int64_t>(p.Hk) * kHeadDim;
+    const uint16_t *gQ = p.q + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+    const uint16_t *gK = p.k + static_cast<int64_t>(w.start) * ldk + kvh * kHeadDim;
+    const uint16_t *gV = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
+    const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
+
+    // groups in flight, in order: [Q + K0] [V0] then per key tile [K next] [V next] (empty at the end)
+    wg_load_tile(sQ, gQ, ldq, min(kWgRows, seq_len - row0), tid);
+    wg_load_tile(sK, gK, ldk, min(kWgKeys, seq_len), tid);
+    cp_async_commit();
+    wg_load_tile(sV, gV, p.ldv, min(kWgKeys, seq_len), tid);
+    cp_async_commit();
+
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wrow0 = row0 + warp * 16;  // this warp's first row, relative to the segment
+
+    float acc[4][32];  // O: 64 rows x 256 columns, as four 64-column panels
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[n][i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};  // scaled base-2 units
+    float row_sum[2] = {0.f, 0.f};              // this thread's partial sums; reduced over the quad at the end
+
+    for (int kt = 0; kt < n_key_tiles; ++kt) {
+        const int key0 = kt * kWgKeys;
+        cp_async_wait<1>();
+        fence_async_shared();
+        __syncthreads();  // Q and this K tile have landed
+        float s[32];
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16-column steps: panel ks / 4, 32 bytes in
+            const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
+            wg_mma_ss(s, wg_desc(sQ + off, 16, 1024), wg_desc(sK + off, 16, 1024), ks > 0);
+        }
+        wg_commit();
+        wg_wait_all();
+        __syncthreads();  // the whole warpgroup is done with this K tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kWgKeys;
+            wg_load_tile(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
+        }
+        cp_async_commit();
+
+        const bool need_mask = key0 + kWgKeys > seq_len;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            float x = __fmul_rn(s[i], p.scale_log2);
+            if (need_mask && key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= seq_len) x = -INFINITY;
+            s[i] = x;
+        }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {  // explicit _rn arithmetic: no FMA contraction
+            float mx = row_max[r];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+            alpha[r] = exp2f(row_max[r] - mx);  // every tile has a valid key: mx is finite
+            row_max[r] = mx;
+            row_sum[r] = __fmul_rn(row_sum[r], alpha[r]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                s[4 * j + 2 * r] = exp2f(__fsub_rn(s[4 * j + 2 * r], mx));
+                s[4 * j + 2 * r + 1] = exp2f(__fsub_rn(s[4 * j + 2 * r + 1], mx));
+                row_sum[r] = __fadd_rn(row_sum[r], __fadd_rn(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            }
+        }
+        if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    acc[n][4 * j] *= alpha[0];
+                    acc[n][4 * j + 1] *= alpha[0];
+                    acc[n][4 * j + 2] *= alpha[1];
+                    acc[n][4 * j + 3] *= alpha[1];
+                }
+        }
+        uint32_t pa[4][4];  // P as bf16 A fragments, 16 keys each
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
+            pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+
+        cp_async_wait<1>();
+        fence_async_shared();
+        __syncthreads();  // this V tile has landed
+        wg_fence();
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)  // keys 16kk.. of panel n: 16 rows of 128 bytes in
+                wg_mma_rs(acc[n], pa[kk], wg_desc(sV + n * kWgPanelBytes + kk * 2048, kWgPanelBytes, 1024));
+        wg_commit();
+        wg_wait_all();
+        __syncthreads();  // the whole warpgroup is done with this V tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kWgKeys;
+            wg_load_tile(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+
+    if (wrow0 >= seq_len) return;
+    // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems; Q and K
+    // are free now), then the gate with 16-byte loads and stores.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(kFullMask, l, 1);
+        l += __shfl_xor_sync(kFullMask, l, 2);
+        inv[r] = 1.0f / l;
+    }
+    uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (base - smem_u32(wg_smem_raw))) +
+                   warp * 16 * kRowElems;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int col = n * 64 + j * 8 + 2 * t;
+            *reinterpret_cast<uint32_t *>(sO + g * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j] * inv[0], acc[n][4 * j + 1] * inv[0]);
+            *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
+        }
+    __syncwarp();
+    const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
+    for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
+        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
+        uint4 o;
+        o.x = gate_pair(a.x, gt.x);
+        o.y = gate_pair(a.y, gt.y);
+        o.z = gate_pair(a.z, gt.z);
+        o.w = gate_pair(a.w, gt.w);
+        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
+    }
+#else
+    __trap();  // not built for sm_90a: the dispatcher never launches it there
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------------------
 
 // kernel ids for the per-device "dynamic smem attribute set" bits
 constexpr int kernel_id(int tile_rows, bool causal) { return (tile_rows == policy::kWideTileRows ? 2 : 0) + causal; }
+constexpr int kWgmmaKernelId = 4;
 
 const void *kernel_for(int id) {
     switch (id) {
@@ -415,6 +667,7 @@ const void *kernel_for(int id) {
         case 1: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, true>);
         case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
         case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
+        case kWgmmaKernelId: return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel);
         default: return nullptr;
     }
 }
@@ -447,11 +700,41 @@ int launch_tile(const AttnParams &p, int64_t slots, cudaStream_t stream) {
     return static_cast<int>(cudaGetLastError());
 }
 
+AttnParams make_params(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
+                       const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
+                       float scale) {
+    AttnParams p;
+    p.q = static_cast<const uint16_t *>(q);
+    p.k = static_cast<const uint16_t *>(k);
+    p.v = static_cast<const uint16_t *>(v);
+    p.gate = static_cast<const uint16_t *>(gate);
+    p.out = static_cast<uint16_t *>(out);
+    p.cu_seqlens = cu_seqlens;
+    p.ldv = ldv;
+    p.T = static_cast<int>(T);
+    p.n_seqs = static_cast<int>(n_seqs);
+    p.Hq = static_cast<int>(Hq);
+    p.Hk = static_cast<int>(Hk);
+    p.group = static_cast<int>(Hq / Hk);
+    p.scale_log2 = scale * 1.4426950408889634f;
+    return p;
+}
+
+// whether this library holds the sm_90a build of the wgmma kernel (build.sh defines CS1_SM90A_KERNELS for it)
+constexpr bool wgmma_built() {
+#if defined(CS1_SM90A_KERNELS)
+    return true;
+#else
+    return false;
+#endif
+}
+
 int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                          const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
                          int64_t Dh, float scale, int32_t causal, int32_t tile_rows, void *stream) {
     if (T < 0 || n_seqs < 0 || (causal != 0 && causal != 1)) return CS1_ERR_SHAPE;
-    if (tile_rows != 0 && tile_rows != policy::kNarrowTileRows && tile_rows != policy::kWideTileRows)
+    if (tile_rows != 0 && tile_rows != policy::kNarrowTileRows && tile_rows != policy::kWideTileRows &&
+        tile_rows != CS1_ATTENTION_TILE_WGMMA)
         return CS1_ERR_SHAPE;
     if (T == 0) return CS1_OK;
     if (Dh != kHeadDim) return CS1_ERR_UNSUPPORTED;
@@ -468,6 +751,19 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     int status = g_device_cache.current(&device, &caps);
     if (status != 0) return status;
     if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
+    if (tile_rows == CS1_ATTENTION_TILE_WGMMA) {  // sm_90 warpgroup-MMA kernel: bidirectional, 64 query rows
+        if (causal != 0 || !wgmma_built() || caps.cc_major != 9 || caps.cc_minor != 0 ||
+            caps.smem_optin < kWgSmemBytes)
+            return CS1_ERR_UNSUPPORTED;
+        const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
+        if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
+        status = g_device_cache.ensure_smem(device, kWgmmaKernelId, kWgSmemBytes);
+        if (status != 0) return status;
+        gated_attention_wgmma_kernel<<<static_cast<unsigned>(slots * Hq), 128, kWgSmemBytes,
+                                       static_cast<cudaStream_t>(stream)>>>(
+            make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale));
+        return static_cast<int>(cudaGetLastError());
+    }
     // automatic: the window is T (the longest prompt's length lives on the device)
     const int rows = tile_rows != 0 ? tile_rows : policy::choose_tile_rows(caps, T);
     if (caps.smem_optin < policy::smem_bytes(rows)) return CS1_ERR_UNSUPPORTED;
@@ -477,20 +773,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     status = g_device_cache.ensure_smem(device, kernel_id(rows, causal != 0), policy::smem_bytes(rows));
     if (status != 0) return status;
 
-    AttnParams p;
-    p.q = static_cast<const uint16_t *>(q);
-    p.k = static_cast<const uint16_t *>(k);
-    p.v = static_cast<const uint16_t *>(v);
-    p.gate = static_cast<const uint16_t *>(gate);
-    p.out = static_cast<uint16_t *>(out);
-    p.cu_seqlens = cu_seqlens;
-    p.ldv = ldv;
-    p.T = static_cast<int>(T);
-    p.n_seqs = static_cast<int>(n_seqs);
-    p.Hq = static_cast<int>(Hq);
-    p.Hk = static_cast<int>(Hk);
-    p.group = static_cast<int>(Hq / Hk);
-    p.scale_log2 = scale * 1.4426950408889634f;
+    const AttnParams p = make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (rows == policy::kWideTileRows)
         return causal ? launch_tile<policy::kWideTileRows, true>(p, slots, s)

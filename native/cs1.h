@@ -145,7 +145,10 @@ int cs1_attention_gated_bidirectional(const void *q, const void *k, const void *
                                       const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T,
                                       int64_t Hq, int64_t Hk, int64_t Dh, float scale, void *stream);
 /* the same with the tile chosen explicitly (tests, benchmarks): causal 0/1; tile_rows 0 = automatic policy,
- * 64 = the 64-query/128-thread tile, 128 = the wide 128-query/256-thread tile (byte-identical results). */
+ * 64 = the 64-query/128-thread tile, 128 = the wide 128-query/256-thread tile (byte-identical results),
+ * CS1_ATTENTION_TILE_WGMMA = the sm_90 warpgroup-MMA kernel (64 queries, bidirectional only, compute capability
+ * 9.0 and a build for target 90; else CS1_ERR_UNSUPPORTED; its bits differ from the other two). */
+enum { CS1_ATTENTION_TILE_WGMMA = -64 };
 int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                               const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
                               int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,

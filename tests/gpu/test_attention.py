@@ -185,6 +185,81 @@ def test_wide_tile_is_byte_identical_to_narrow(gpu, rng, layout, causal):
     assert np.array_equal(auto, narrow)
 
 
+WGMMA = -64  # CS1_ATTENTION_TILE_WGMMA
+
+
+def device_cc(gpu) -> tuple[int, int]:
+    major, minor = gpu.ffi.new("int *"), gpu.ffi.new("int *")
+    sms, mem = gpu.ffi.new("int *"), gpu.ffi.new("size_t *")
+    device = gpu.ffi.new("int *")
+    gpu.lib.cs1_get_device(device)
+    gpu.lib.cs1_device_info(device[0], major, minor, sms, mem)
+    return major[0], minor[0]
+
+
+def wgmma_or_skip(gpu) -> None:
+    """The sm_90 warpgroup-MMA kernel runs on compute capability 9.0 with a target-90 build; elsewhere its call must
+    refuse with CS1_ERR_UNSUPPORTED, and the test that needs it skips."""
+    assert gpu.lib.ffi.integer_const("CS1_ATTENTION_TILE_WGMMA") == WGMMA
+    case = make_case(np.random.default_rng(1), [3])
+    q, k, proj, gate = (gpu.upload(a) for a in (case.q, case.k, case.proj, case.gate))
+    cu, out = gpu.upload(case.cu_seqlens), gpu.empty(case.T * HQ * DH * 2)
+    status = gpu.lib.raw.cs1_attention_gated_tiled(q.ptr, k.ptr, proj.at(V_OFFSET * 2), LDV, gate.ptr, cu.ptr, 1,
+                                                   out.ptr, case.T, HQ, HK, DH, SCALE, 0, WGMMA, gpu.stream)
+    gpu.sync()
+    if status == UNSUPPORTED:
+        assert device_cc(gpu) != (9, 0) or "sm_90" not in gpu.lib.build_info(), (
+            "compute capability 9.0 with a target-90 build must run the wgmma kernel")
+        pytest.skip(f"wgmma attention kernel unsupported here (sm_{''.join(map(str, device_cc(gpu)))} or a build "
+                    "without sm_90a): CS1_ERR_UNSUPPORTED, as documented")
+    assert status == 0, f"wgmma attention call failed with status {status}"
+
+
+@pytest.mark.parametrize("T", LENGTHS)
+def test_wgmma_single_prompt_matches_float64(gpu, rng, T):
+    wgmma_or_skip(gpu)
+    case = make_case(rng, [T])
+    got = attention_on_device(gpu, case, causal=False, tile_rows=WGMMA)
+    check_against_reference(case, got, compared_rows(case, rng), False, f"T={T} bidirectional wgmma")
+    again = attention_on_device(gpu, case, causal=False, tile_rows=WGMMA)
+    assert np.array_equal(got, again), "two calls on the same inputs differ"
+
+
+@pytest.mark.parametrize("layout", ["5+700+64+pad11", "45-short-prompts+pad3", "padding-only"])
+def test_wgmma_packed_prompts_equal_separate_calls(gpu, rng, layout):
+    wgmma_or_skip(gpu)
+    if layout.startswith("5+"):
+        lengths, padding = [5, 700, 64], 11
+    elif layout == "padding-only":
+        lengths, padding = [], 70
+    else:
+        lengths, padding = [int(x) for x in rng.integers(0, 90, size=45)], 3
+        lengths[7] = 0
+    case = make_case(rng, lengths, padding)
+    packed = attention_on_device(gpu, case, causal=False, tile_rows=WGMMA)
+    check_against_reference(case, packed, np.arange(case.T), False, f"packed {layout} wgmma")
+    cu = case.cu_seqlens
+    for i, n in enumerate(lengths):
+        if n == 0:
+            continue
+        alone = attention_on_device(gpu, case.prompt(i), causal=False, tile_rows=WGMMA)
+        assert np.array_equal(packed[cu[i]:cu[i + 1]], alone), f"prompt {i} (length {n}) differs from its own call"
+    pad = packed[case.T - padding:]
+    assert np.array_equal(pad, np.zeros_like(pad)), "padding rows are not zero"
+
+
+def test_wgmma_refuses_causal(gpu, rng):
+    wgmma_or_skip(gpu)
+    case = make_case(rng, [65])
+    q, k, proj, gate = (gpu.upload(a) for a in (case.q, case.k, case.proj, case.gate))
+    cu, out = gpu.upload(case.cu_seqlens), gpu.empty(case.T * HQ * DH * 2)
+    status = gpu.lib.raw.cs1_attention_gated_tiled(q.ptr, k.ptr, proj.at(V_OFFSET * 2), LDV, gate.ptr, cu.ptr, 1,
+                                                   out.ptr, case.T, HQ, HK, DH, SCALE, 1, WGMMA, gpu.stream)
+    gpu.sync()
+    assert status == UNSUPPORTED
+    assert (gpu.download(out, np.uint16, (case.T, HQ * DH)) == 0xFFFF).all(), "a refused call wrote to the output"
+
+
 def test_tile_policy_on_this_device(gpu):
     major, minor = gpu.ffi.new("int *"), gpu.ffi.new("int *")
     sms, mem = gpu.ffi.new("int *"), gpu.ffi.new("size_t *")
