@@ -28,7 +28,8 @@ CALLS = 20
 
 
 def load_bench_class():
-    spec = importlib.util.spec_from_file_location("attention_wide_run", ROOT / "benchmarks" / "attention-wide" / "run.py")
+    path = ROOT / "benchmarks" / "attention-wide" / "run.py"
+    spec = importlib.util.spec_from_file_location("attention_wide_run", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.Bench

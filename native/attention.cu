@@ -9,6 +9,8 @@
 //   32-key tiles (aligned to the prompt start, skipped per warp by the same rule), so they are byte-identical.
 // - Packed prompts: blocks find their (prompt, tile) by scanning cu_seqlens on the device; rows at or after
 //   cu_seqlens[n_seqs] are padding and get zeros. Causal blocks take a prompt's last (longest) tile first.
+// - sm_90 (compute capability 9.0, target-90 build): bidirectional calls run gated_attention_wgmma_kernel instead,
+//   the same math on warpgroup MMA (wgmma) with 64-key tiles; see its section below.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -751,10 +753,9 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     int status = g_device_cache.current(&device, &caps);
     if (status != 0) return status;
     if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
-    if (tile_rows == CS1_ATTENTION_TILE_WGMMA) {  // sm_90 warpgroup-MMA kernel: bidirectional, 64 query rows
-        if (causal != 0 || !wgmma_built() || caps.cc_major != 9 || caps.cc_minor != 0 ||
-            caps.smem_optin < kWgSmemBytes)
-            return CS1_ERR_UNSUPPORTED;
+    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), kWgSmemBytes);
+    if (tile_rows == CS1_ATTENTION_TILE_WGMMA || (tile_rows == 0 && wgmma_here)) {  // 64 query rows, wgmma
+        if (!wgmma_here) return CS1_ERR_UNSUPPORTED;
         const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
         if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
         status = g_device_cache.ensure_smem(device, kWgmmaKernelId, kWgSmemBytes);

@@ -50,6 +50,14 @@ inline bool arch_prefers_wide(const DeviceCaps &c) {
     return false;
 }
 
+// Bidirectional attention on compute capability 9.0 runs on the warpgroup-MMA kernel (sm_90a code, which runs on
+// 9.0 only) when the library holds it and the block's shared memory fits: 1.15-1.6x the 64-row tile at 128-8192
+// rows on the H200 (benchmarks/LEVERS.md, lever 21). It does not depend on the window, so a prompt gets the same
+// bits whatever length it is padded to. Causal attention, and every other device, keep the tiles below.
+inline bool use_wgmma(const DeviceCaps &c, bool causal, bool built, int smem_bytes) {
+    return built && !causal && c.cc_major == 9 && c.cc_minor == 0 && c.smem_optin >= smem_bytes;
+}
+
 // The automatic policy: 128 or 64 query rows per block for a window of `rows` query rows.
 inline int choose_tile_rows(const DeviceCaps &c, int64_t rows) {
     if (arch_prefers_wide(c) && rows >= kWideTileMinRows && c.smem_optin >= smem_bytes(kWideTileRows))

@@ -144,7 +144,9 @@ int cs1_attention_gated(const void *q, const void *k, const void *v, int64_t ldv
 int cs1_attention_gated_bidirectional(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                                       const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T,
                                       int64_t Hq, int64_t Hk, int64_t Dh, float scale, void *stream);
-/* the same with the tile chosen explicitly (tests, benchmarks): causal 0/1; tile_rows 0 = automatic policy,
+/* the same with the kernel chosen explicitly (tests, benchmarks): causal 0/1; tile_rows 0 = automatic policy (on
+ * compute capability 9.0 with a target-90 build, bidirectional calls take CS1_ATTENTION_TILE_WGMMA; everything else
+ * the tile cs1_attention_tile_rows names),
  * 64 = the 64-query/128-thread tile, 128 = the wide 128-query/256-thread tile (byte-identical results),
  * CS1_ATTENTION_TILE_WGMMA = the sm_90 warpgroup-MMA kernel (64 queries, bidirectional only, compute capability
  * 9.0 and a build for target 90; else CS1_ERR_UNSUPPORTED; its bits differ from the other two). */
@@ -153,7 +155,8 @@ int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64
                               const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
                               int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
                               void *stream);
-/* the automatic policy's choice (64 or 128) for the current device and a window of `rows` query rows */
+/* the automatic mma.sync tile (64 or 128) for the current device and a window of `rows` query rows (causal calls,
+ * and bidirectional ones where the wgmma kernel does not run) */
 int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows);
 
 /* ---- MLP ----------------------------------------------------------------------------------------------- */

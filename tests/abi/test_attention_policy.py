@@ -70,6 +70,10 @@ int main() {
                     step, device, caps.cc_major, caps.cc_minor, tile(1), tile(639), tile(640), t,
                     g_queries[device], g_smem_calls[device][0], g_smem_calls[device][2], status);
     }
+    for (int d = 0; d < 6; ++d)  // the wgmma rule: bidirectional / causal / library without the sm_90a build
+        std::printf("wgmma_dev%d %d%d%d\n", d, pol::use_wgmma(kDevices[d], false, true, 99328) ? 1 : 0,
+                    pol::use_wgmma(kDevices[d], true, true, 99328) ? 1 : 0,
+                    pol::use_wgmma(kDevices[d], false, false, 99328) ? 1 : 0);
     g_current = 0;
     std::printf("negative_rows %d\n", tile(-1));
     std::printf("null_out %d\n", pol::tile_rows_for_current_device(cache, 10, nullptr));
@@ -102,6 +106,8 @@ def test_policy_follows_the_current_device_and_caches_per_device(tmp_path):
     assert head["smem"] == "67584 101376"
     assert head["negative_rows"] == "-2001"  # CS1_ERR_SHAPE
     assert head["null_out"] == "2003"        # CS1_ERR_NULL
+    # the wgmma kernel: bidirectional calls on compute capability 9.0 (device 1) of a build that holds it, only
+    assert [head[f"wgmma_dev{d}"] for d in range(6)] == ["000", "100", "000", "000", "000", "000"]
 
     steps = [line.split() for line in lines if line.startswith("step")]
     got = [dict(zip(s[0::2], s[1::2], strict=True)) for s in steps]

@@ -3,6 +3,8 @@
 Shapes of the 4B model: Hq 16, Hk 4, Dh 256, V read in place from a 10240-wide projection row (ldv 10240).
 Tolerance (bf16 inputs, fp32 softmax, P and the output rounded to bf16): max|diff| / max|ref| < 1.6e-2 over the
 compared rows. The 64-row and 128-row tiles must agree byte for byte, and packed prompts must equal separate calls.
+The sm_90 warpgroup-MMA kernel (tile_rows CS1_ATTENTION_TILE_WGMMA, bidirectional) has the same tolerance and the
+same packing rule; its tests skip, with the reason, where it cannot run.
 """
 
 from __future__ import annotations
@@ -182,7 +184,10 @@ def test_wide_tile_is_byte_identical_to_narrow(gpu, rng, layout, causal):
     print(f"{layout} causal={causal}: {len(diff)} rows differ between the 64- and 128-row tiles")
     assert len(diff) == 0, f"rows {diff[:10]} differ between the 64- and 128-row tiles"
     auto = attention_on_device(gpu, case, causal=causal, tile_rows=0)
-    assert np.array_equal(auto, narrow)
+    if not causal and wgmma_runs(gpu):  # the automatic policy takes the wgmma kernel for bidirectional calls
+        assert np.array_equal(auto, attention_on_device(gpu, case, causal=False, tile_rows=WGMMA))
+    else:
+        assert np.array_equal(auto, narrow)
 
 
 WGMMA = -64  # CS1_ATTENTION_TILE_WGMMA
@@ -197,10 +202,10 @@ def device_cc(gpu) -> tuple[int, int]:
     return major[0], minor[0]
 
 
-def wgmma_or_skip(gpu) -> None:
+def wgmma_runs(gpu) -> bool:
     """The sm_90 warpgroup-MMA kernel runs on compute capability 9.0 with a target-90 build; elsewhere its call must
-    refuse with CS1_ERR_UNSUPPORTED, and the test that needs it skips."""
-    assert gpu.lib.ffi.integer_const("CS1_ATTENTION_TILE_WGMMA") == WGMMA
+    refuse with CS1_ERR_UNSUPPORTED."""
+    assert gpu.lib.raw.CS1_ATTENTION_TILE_WGMMA == WGMMA
     case = make_case(np.random.default_rng(1), [3])
     q, k, proj, gate = (gpu.upload(a) for a in (case.q, case.k, case.proj, case.gate))
     cu, out = gpu.upload(case.cu_seqlens), gpu.empty(case.T * HQ * DH * 2)
@@ -210,9 +215,15 @@ def wgmma_or_skip(gpu) -> None:
     if status == UNSUPPORTED:
         assert device_cc(gpu) != (9, 0) or "sm_90" not in gpu.lib.build_info(), (
             "compute capability 9.0 with a target-90 build must run the wgmma kernel")
+        return False
+    assert status == 0, f"wgmma attention call failed with status {status}"
+    return True
+
+
+def wgmma_or_skip(gpu) -> None:
+    if not wgmma_runs(gpu):
         pytest.skip(f"wgmma attention kernel unsupported here (sm_{''.join(map(str, device_cc(gpu)))} or a build "
                     "without sm_90a): CS1_ERR_UNSUPPORTED, as documented")
-    assert status == 0, f"wgmma attention call failed with status {status}"
 
 
 @pytest.mark.parametrize("T", LENGTHS)
