@@ -408,12 +408,15 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 
 // ---- sm_90: warpgroup MMA (wgmma) kernel, bidirectional -------------------------------------------------------
 //
-// One block = one warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. S = Q K^T and
+// One warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. A block holds NH = 1 or 2
+// warpgroups: with 2, the two q heads of one key/value head share every K and V tile, which halves the L2 -> shared
+// memory traffic per query row (the 1-head block was bound by it at long prompts). Each warpgroup runs the same
+// instructions in the same order either way, so the two forms give the same bytes. S = Q K^T and
 // O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared memory, P from registers (bf16, the
 // same rounding as the mma.sync kernels), V from shared memory read as an MN-major operand. Shared tiles are 4
 // panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)),
-// the layout the wgmma descriptors name. 96 KiB per block, so two blocks share an SM and one block's softmax runs
-// while the other's MMAs do. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
+// the layout the wgmma descriptors name. (NH + 2) x 32 KiB per block (Q per head, one K and one V tile): 1-head
+// blocks run two per SM, 2-head blocks one. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
 // and the dispatcher picks it only on compute capability 9.0. Its bits differ from the mma.sync kernels (the
 // tensor cores sum in another order), so a device uses one family for every length.
 
@@ -421,16 +424,20 @@ constexpr int kWgRows = 64;                                // query rows per blo
 [[maybe_unused]] constexpr int kWgKeys = 64;                             // keys per tile
 constexpr int kWgPanelBytes = 64 * 128;                    // one 64-column panel of a 64-row tile
 constexpr int kWgTileBytes = 4 * kWgPanelBytes;            // 64 rows x 256 columns of bf16
-constexpr int kWgSmemBytes = 3 * kWgTileBytes + 1024;      // Q, K, V + slack to align the base to 1024 bytes
+// Q per head, K, V + slack to align the base to 1024 bytes
+constexpr int wg_smem_bytes(int heads) { return (heads + 2) * kWgTileBytes + 1024; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s; rows >= valid are zeros.
+// 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s by NTHREADS threads; rows >= valid
+// are zeros.
+template <int NTHREADS>
 __device__ __forceinline__ void wg_load_tile(uint32_t s, const uint16_t *g, int64_t ld, int valid, int tid) {
+    constexpr int kRowStep = NTHREADS / 32;
     const int ch = tid & 31;          // 16-byte chunk of the 512-byte row
     const int panel = ch >> 3, pc = ch & 7;
 #pragma unroll 4
-    for (int i = 0; i < 16; ++i) {
-        const int r = (tid >> 5) + 4 * i;
+    for (int i = 0; i < 64 / kRowStep; ++i) {
+        const int r = (tid >> 5) + kRowStep * i;
         const bool ok = r < valid;
         const uint32_t dst = s + panel * kWgPanelBytes + r * 128 + ((pc ^ (r & 7)) << 4);
         cp_async_16(dst, ok ? g + r * ld + ch * 8 : g, ok);
@@ -479,15 +486,20 @@ __device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t (&a)[4]
 
 // Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
 // column 8j + 2t + (e & 1), with g = lane / 4, t = lane % 4.
-__global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const AttnParams p) {
+template <int NH>
+__global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgmma_kernel(const AttnParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kThreads = 128 * NH;
     extern __shared__ uint8_t wg_smem_raw[];
     const uint32_t base = (smem_u32(wg_smem_raw) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK = base + kWgTileBytes, sV = base + 2 * kWgTileBytes;
-
     const int tid = threadIdx.x;
-    const int head = blockIdx.x % p.Hq;
-    const int slot = blockIdx.x / p.Hq;
+    const int wg = tid >> 7;           // warpgroup = which head of the block
+    const int wtid = tid & 127;        // thread in its warpgroup
+    const uint32_t sQ = base + wg * kWgTileBytes, sK = base + NH * kWgTileBytes, sV = sK + kWgTileBytes;
+
+    const int head_groups = p.Hq / NH;  // blocks per tile slot; the NH heads of a block share a kv head
+    const int head = (blockIdx.x % head_groups) * NH + wg;
+    const int slot = blockIdx.x / head_groups;
     TileWork w;
     if (!find_tile<kWgRows, false>(p, slot, w)) return;
 
@@ -497,7 +509,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
     if (w.padding) {  // padding rows: zeros
         const int rows = min(kWgRows, seq_len - row0);
         uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
-        for (int c = tid; c < rows * kChunksPerRow; c += 128)
+        for (int c = wtid; c < rows * kChunksPerRow; c += 128)
             *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) =
                 make_uint4(0, 0, 0, 0);
         return;
@@ -511,13 +523,13 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
     const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
 
     // groups in flight, in order: [Q + K0] [V0] then per key tile [K next] [V next] (empty at the end)
-    wg_load_tile(sQ, gQ, ldq, min(kWgRows, seq_len - row0), tid);
-    wg_load_tile(sK, gK, ldk, min(kWgKeys, seq_len), tid);
+    wg_load_tile<128>(sQ, gQ, ldq, min(kWgRows, seq_len - row0), wtid);
+    wg_load_tile<kThreads>(sK, gK, ldk, min(kWgKeys, seq_len), tid);
     cp_async_commit();
-    wg_load_tile(sV, gV, p.ldv, min(kWgKeys, seq_len), tid);
+    wg_load_tile<kThreads>(sV, gV, p.ldv, min(kWgKeys, seq_len), tid);
     cp_async_commit();
 
-    const int warp = tid >> 5;
+    const int warp = wtid >> 5;  // warp in its warpgroup: accumulator rows 16 warp..
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -545,10 +557,10 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
         }
         wg_commit();
         wg_wait_all();
-        __syncthreads();  // the whole warpgroup is done with this K tile
+        __syncthreads();  // every warpgroup is done with this K tile
         if (kt + 1 < n_key_tiles) {
             const int next = key0 + kWgKeys;
-            wg_load_tile(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
+            wg_load_tile<kThreads>(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
         }
         cp_async_commit();
 
@@ -608,18 +620,18 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
                 wg_mma_rs(acc[n], pa[kk], wg_desc(sV + n * kWgPanelBytes + kk * 2048, kWgPanelBytes, 1024));
         wg_commit();
         wg_wait_all();
-        __syncthreads();  // the whole warpgroup is done with this V tile
+        __syncthreads();  // every warpgroup is done with this V tile
         if (kt + 1 < n_key_tiles) {
             const int next = key0 + kWgKeys;
-            wg_load_tile(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
+            wg_load_tile<kThreads>(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
         }
         cp_async_commit();
     }
     cp_async_wait<0>();
 
     if (wrow0 >= seq_len) return;
-    // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems; Q and K
-    // are free now), then the gate with 16-byte loads and stores.
+    // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems, the
+    // warpgroups one after another; Q and K are free now), then the gate with 16-byte loads and stores.
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -629,7 +641,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
         inv[r] = 1.0f / l;
     }
     uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (base - smem_u32(wg_smem_raw))) +
-                   warp * 16 * kRowElems;
+                   (wg * 64 + warp * 16) * kRowElems;
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -661,7 +673,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
 
 // kernel ids for the per-device "dynamic smem attribute set" bits
 constexpr int kernel_id(int tile_rows, bool causal) { return (tile_rows == policy::kWideTileRows ? 2 : 0) + causal; }
-constexpr int kWgmmaKernelId = 4;
+constexpr int wgmma_kernel_id(int heads) { return 3 + heads; }
 
 const void *kernel_for(int id) {
     switch (id) {
@@ -669,7 +681,8 @@ const void *kernel_for(int id) {
         case 1: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, true>);
         case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
         case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
-        case kWgmmaKernelId: return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel);
+        case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<1>);
+        case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<2>);
         default: return nullptr;
     }
 }
@@ -736,7 +749,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
                          int64_t Dh, float scale, int32_t causal, int32_t tile_rows, void *stream) {
     if (T < 0 || n_seqs < 0 || (causal != 0 && causal != 1)) return CS1_ERR_SHAPE;
     if (tile_rows != 0 && tile_rows != policy::kNarrowTileRows && tile_rows != policy::kWideTileRows &&
-        tile_rows != CS1_ATTENTION_TILE_WGMMA)
+        tile_rows != CS1_ATTENTION_TILE_WGMMA && tile_rows != CS1_ATTENTION_TILE_WGMMA_PAIR)
         return CS1_ERR_SHAPE;
     if (T == 0) return CS1_OK;
     if (Dh != kHeadDim) return CS1_ERR_UNSUPPORTED;
@@ -753,16 +766,25 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     int status = g_device_cache.current(&device, &caps);
     if (status != 0) return status;
     if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
-    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), kWgSmemBytes);
-    if (tile_rows == CS1_ATTENTION_TILE_WGMMA || (tile_rows == 0 && wgmma_here)) {  // 64 query rows, wgmma
-        if (!wgmma_here) return CS1_ERR_UNSUPPORTED;
+    // wgmma: explicitly, or automatically where it runs (two heads per block when the kv group allows it)
+    const bool pair_ok = (Hq / Hk) % 2 == 0;
+    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes(pair_ok ? 2 : 1));
+    const bool want_wgmma = tile_rows == CS1_ATTENTION_TILE_WGMMA || tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR;
+    if (want_wgmma || (tile_rows == 0 && wgmma_here)) {
+        if (!wgmma_here || (tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR && !pair_ok)) return CS1_ERR_UNSUPPORTED;
+        const int heads = tile_rows == CS1_ATTENTION_TILE_WGMMA ? 1 : (pair_ok ? 2 : 1);
         const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
         if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
-        status = g_device_cache.ensure_smem(device, kWgmmaKernelId, kWgSmemBytes);
+        const int bytes = wg_smem_bytes(heads);
+        status = g_device_cache.ensure_smem(device, wgmma_kernel_id(heads), bytes);
         if (status != 0) return status;
-        gated_attention_wgmma_kernel<<<static_cast<unsigned>(slots * Hq), 128, kWgSmemBytes,
-                                       static_cast<cudaStream_t>(stream)>>>(
-            make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale));
+        const AttnParams p = make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale);
+        const unsigned blocks = static_cast<unsigned>(slots * Hq / heads);
+        cudaStream_t s = static_cast<cudaStream_t>(stream);
+        if (heads == 2)
+            gated_attention_wgmma_kernel<2><<<blocks, 256, bytes, s>>>(p);
+        else
+            gated_attention_wgmma_kernel<1><<<blocks, 128, bytes, s>>>(p);
         return static_cast<int>(cudaGetLastError());
     }
     // automatic: the window is T (the longest prompt's length lives on the device)

@@ -4,7 +4,8 @@ Shapes of the 4B model: Hq 16, Hk 4, Dh 256, V read in place from a 10240-wide p
 Tolerance (bf16 inputs, fp32 softmax, P and the output rounded to bf16): max|diff| / max|ref| < 1.6e-2 over the
 compared rows. The 64-row and 128-row tiles must agree byte for byte, and packed prompts must equal separate calls.
 The sm_90 warpgroup-MMA kernel (tile_rows CS1_ATTENTION_TILE_WGMMA, bidirectional) has the same tolerance and the
-same packing rule; its tests skip, with the reason, where it cannot run.
+same packing rule, and its two-head block (CS1_ATTENTION_TILE_WGMMA_PAIR) must give its bytes; those tests skip,
+with the reason, where it cannot run.
 """
 
 from __future__ import annotations
@@ -259,15 +260,60 @@ def test_wgmma_packed_prompts_equal_separate_calls(gpu, rng, layout):
     assert np.array_equal(pad, np.zeros_like(pad)), "padding rows are not zero"
 
 
+PAIR = -128  # CS1_ATTENTION_TILE_WGMMA_PAIR
+
+
+@pytest.mark.parametrize("layout", [str(t) for t in LENGTHS] + ["5+700+64+pad11"])
+def test_wgmma_pair_block_is_byte_identical_to_one_head_blocks(gpu, rng, layout):
+    """Two heads per block share the K and V tiles; every warpgroup runs the same instructions as alone."""
+    wgmma_or_skip(gpu)
+    assert gpu.lib.raw.CS1_ATTENTION_TILE_WGMMA_PAIR == PAIR
+    case = make_case(rng, [5, 700, 64], 11) if "+" in layout else make_case(rng, [int(layout)])
+    one = attention_on_device(gpu, case, causal=False, tile_rows=WGMMA)
+    pair = attention_on_device(gpu, case, causal=False, tile_rows=PAIR)
+    assert np.isfinite(bf16.from_bits(pair)).all()
+    diff = np.nonzero((one != pair).any(axis=1))[0]
+    print(f"{layout}: {len(diff)} rows differ between the one-head and the two-head wgmma blocks")
+    assert len(diff) == 0, f"rows {diff[:10]} differ"
+    assert np.array_equal(attention_on_device(gpu, case, causal=False, tile_rows=0), pair), "auto is not the pair"
+
+
+def test_wgmma_pair_needs_an_even_group(gpu, rng):
+    """Hq / Hk odd (here 16 / 16): the pair block refuses, the automatic choice falls back to one head per block."""
+    wgmma_or_skip(gpu)
+    T = 130
+    q = bf16.to_bits(rng.standard_normal((T, HQ, DH), dtype=np.float32))
+    k = bf16.to_bits(rng.standard_normal((T, HQ, DH), dtype=np.float32))
+    v = bf16.to_bits(rng.standard_normal((T, HQ * DH), dtype=np.float32))
+    gate = bf16.to_bits(rng.standard_normal((T, HQ * DH), dtype=np.float32))
+    bufs = [gpu.upload(a) for a in (q, k, v, gate, np.array([0, T], dtype=np.int32))]
+    raw = gpu.lib.raw
+
+    def call(tile):
+        out = gpu.empty(T * HQ * DH * 2)
+        status = raw.cs1_attention_gated_tiled(bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, HQ * DH, bufs[3].ptr,
+                                               bufs[4].ptr, 1, out.ptr, T, HQ, HQ, DH, SCALE, 0, tile, gpu.stream)
+        gpu.sync()
+        return status, gpu.download(out, np.uint16, (T, HQ * DH))
+
+    status, _ = call(PAIR)
+    assert status == UNSUPPORTED
+    s_auto, auto = call(0)
+    s_one, one = call(WGMMA)
+    assert s_auto == 0 and s_one == 0 and np.isfinite(bf16.from_bits(one)).all()
+    assert np.array_equal(auto, one)
+
+
 def test_wgmma_refuses_causal(gpu, rng):
     wgmma_or_skip(gpu)
     case = make_case(rng, [65])
     q, k, proj, gate = (gpu.upload(a) for a in (case.q, case.k, case.proj, case.gate))
     cu, out = gpu.upload(case.cu_seqlens), gpu.empty(case.T * HQ * DH * 2)
-    status = gpu.lib.raw.cs1_attention_gated_tiled(q.ptr, k.ptr, proj.at(V_OFFSET * 2), LDV, gate.ptr, cu.ptr, 1,
-                                                   out.ptr, case.T, HQ, HK, DH, SCALE, 1, WGMMA, gpu.stream)
-    gpu.sync()
-    assert status == UNSUPPORTED
+    for tile in (WGMMA, PAIR):
+        status = gpu.lib.raw.cs1_attention_gated_tiled(q.ptr, k.ptr, proj.at(V_OFFSET * 2), LDV, gate.ptr, cu.ptr,
+                                                       1, out.ptr, case.T, HQ, HK, DH, SCALE, 1, tile, gpu.stream)
+        gpu.sync()
+        assert status == UNSUPPORTED
     assert (gpu.download(out, np.uint16, (case.T, HQ * DH)) == 0xFFFF).all(), "a refused call wrote to the output"
 
 
