@@ -415,8 +415,8 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 // O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared memory, P from registers (bf16, the
 // same rounding as the mma.sync kernels), V from shared memory read as an MN-major operand. Shared tiles are 4
 // panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)),
-// the layout the wgmma descriptors name. (NH + 2) x 32 KiB per block (Q per head, one K and one V tile): 1-head
-// blocks run two per SM, 2-head blocks one. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
+// the layout the wgmma descriptors name. 32 KiB per Q head and per K or V tile and stage: 1-head blocks (96 KiB)
+// run two per SM, 2-head blocks (193 KiB, K/V double-buffered) one. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
 // and the dispatcher picks it only on compute capability 9.0. Its bits differ from the mma.sync kernels (the
 // tensor cores sum in another order), so a device uses one family for every length.
 
@@ -424,8 +424,11 @@ constexpr int kWgRows = 64;                                // query rows per blo
 [[maybe_unused]] constexpr int kWgKeys = 64;                             // keys per tile
 constexpr int kWgPanelBytes = 64 * 128;                    // one 64-column panel of a 64-row tile
 constexpr int kWgTileBytes = 4 * kWgPanelBytes;            // 64 rows x 256 columns of bf16
-// Q per head, K, V + slack to align the base to 1024 bytes
-constexpr int wg_smem_bytes(int heads) { return (heads + 2) * kWgTileBytes + 1024; }
+// The two forms the dispatcher launches: one head per block with single K/V tiles (two blocks per SM), or two heads
+// with double-buffered K/V tiles (the next tile loads during a whole step; one block per SM).
+constexpr int wg_stages(int heads) { return heads == 1 ? 1 : 2; }
+// Q per head, K and V per stage + slack to align the base to 1024 bytes
+constexpr int wg_smem_bytes(int heads) { return (heads + 2 * wg_stages(heads)) * kWgTileBytes + 1024; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s by NTHREADS threads; rows >= valid
@@ -486,7 +489,7 @@ __device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t (&a)[4]
 
 // Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
 // column 8j + 2t + (e & 1), with g = lane / 4, t = lane % 4.
-template <int NH>
+template <int NH, int STAGES>
 __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgmma_kernel(const AttnParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kThreads = 128 * NH;
@@ -495,7 +498,9 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     const int tid = threadIdx.x;
     const int wg = tid >> 7;           // warpgroup = which head of the block
     const int wtid = tid & 127;        // thread in its warpgroup
-    const uint32_t sQ = base + wg * kWgTileBytes, sK = base + NH * kWgTileBytes, sV = sK + kWgTileBytes;
+    const uint32_t sQ = base + wg * kWgTileBytes;
+    // K and V of key tile kt in stage kt % STAGES: K at sKV(stage), V one tile after it
+    const auto sKV = [&](int kt) { return base + (NH + 2 * (kt % STAGES)) * kWgTileBytes; };
 
     const int head_groups = p.Hq / NH;  // blocks per tile slot; the NH heads of a block share a kv head
     const int head = (blockIdx.x % head_groups) * NH + wg;
@@ -522,12 +527,19 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     const uint16_t *gV = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
     const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
 
-    // groups in flight, in order: [Q + K0] [V0] then per key tile [K next] [V next] (empty at the end)
+    // groups in flight, in order: [Q + K0] [V0] ... [K(STAGES-1)] [V(STAGES-1)], then per key tile kt, once its
+    // stage is free, [K(kt + STAGES)] [V(kt + STAGES)] (empty past the end), so the same wait count always works
     wg_load_tile<128>(sQ, gQ, ldq, min(kWgRows, seq_len - row0), wtid);
-    wg_load_tile<kThreads>(sK, gK, ldk, min(kWgKeys, seq_len), tid);
-    cp_async_commit();
-    wg_load_tile<kThreads>(sV, gV, p.ldv, min(kWgKeys, seq_len), tid);
-    cp_async_commit();
+#pragma unroll
+    for (int st = 0; st < STAGES; ++st) {
+        if (st < n_key_tiles)
+            wg_load_tile<kThreads>(sKV(st), gK + st * kWgKeys * ldk, ldk, min(kWgKeys, seq_len - st * kWgKeys), tid);
+        cp_async_commit();
+        if (st < n_key_tiles)
+            wg_load_tile<kThreads>(sKV(st) + kWgTileBytes, gV + st * kWgKeys * p.ldv, p.ldv,
+                                   min(kWgKeys, seq_len - st * kWgKeys), tid);
+        cp_async_commit();
+    }
 
     const int warp = wtid >> 5;  // warp in its warpgroup: accumulator rows 16 warp..
     const int lane = tid & 31;
@@ -545,7 +557,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
 
     for (int kt = 0; kt < n_key_tiles; ++kt) {
         const int key0 = kt * kWgKeys;
-        cp_async_wait<1>();
+        const uint32_t sK = sKV(kt), sV = sK + kWgTileBytes;
+        cp_async_wait<2 * STAGES - 1>();
         fence_async_shared();
         __syncthreads();  // Q and this K tile have landed
         float s[32];
@@ -558,8 +571,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warpgroup is done with this K tile
-        if (kt + 1 < n_key_tiles) {
-            const int next = key0 + kWgKeys;
+        if (kt + STAGES < n_key_tiles) {
+            const int next = key0 + STAGES * kWgKeys;
             wg_load_tile<kThreads>(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
         }
         cp_async_commit();
@@ -609,7 +622,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
             pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
         }
 
-        cp_async_wait<1>();
+        cp_async_wait<2 * STAGES - 1>();
         fence_async_shared();
         __syncthreads();  // this V tile has landed
         wg_fence();
@@ -621,8 +634,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warpgroup is done with this V tile
-        if (kt + 1 < n_key_tiles) {
-            const int next = key0 + kWgKeys;
+        if (kt + STAGES < n_key_tiles) {
+            const int next = key0 + STAGES * kWgKeys;
             wg_load_tile<kThreads>(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
         }
         cp_async_commit();
@@ -681,8 +694,8 @@ const void *kernel_for(int id) {
         case 1: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, true>);
         case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
         case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
-        case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<1>);
-        case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<2>);
+        case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<1, wg_stages(1)>);
+        case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<2, wg_stages(2)>);
         default: return nullptr;
     }
 }
@@ -766,13 +779,17 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     int status = g_device_cache.current(&device, &caps);
     if (status != 0) return status;
     if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
-    // wgmma: explicitly, or automatically where it runs (two heads per block when the kv group allows it)
-    const bool pair_ok = (Hq / Hk) % 2 == 0;
-    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes(pair_ok ? 2 : 1));
+    // wgmma: explicitly, or automatically where it runs (both forms give the same bytes, so the automatic choice
+    // between them may follow the window: two heads per block from kWgmmaPairMinRows rows, when the group allows)
+    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes(1));
+    const bool pair_ok = wgmma_here && (Hq / Hk) % 2 == 0 && caps.smem_optin >= wg_smem_bytes(2);
     const bool want_wgmma = tile_rows == CS1_ATTENTION_TILE_WGMMA || tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR;
     if (want_wgmma || (tile_rows == 0 && wgmma_here)) {
         if (!wgmma_here || (tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR && !pair_ok)) return CS1_ERR_UNSUPPORTED;
-        const int heads = tile_rows == CS1_ATTENTION_TILE_WGMMA ? 1 : (pair_ok ? 2 : 1);
+        const int heads = tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR ||
+                                  (tile_rows == 0 && pair_ok && T >= policy::kWgmmaPairMinRows)
+                              ? 2
+                              : 1;
         const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
         if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
         const int bytes = wg_smem_bytes(heads);
@@ -782,9 +799,9 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
         const unsigned blocks = static_cast<unsigned>(slots * Hq / heads);
         cudaStream_t s = static_cast<cudaStream_t>(stream);
         if (heads == 2)
-            gated_attention_wgmma_kernel<2><<<blocks, 256, bytes, s>>>(p);
+            gated_attention_wgmma_kernel<2, wg_stages(2)><<<blocks, 256, bytes, s>>>(p);
         else
-            gated_attention_wgmma_kernel<1><<<blocks, 128, bytes, s>>>(p);
+            gated_attention_wgmma_kernel<1, wg_stages(1)><<<blocks, 128, bytes, s>>>(p);
         return static_cast<int>(cudaGetLastError());
     }
     // automatic: the window is T (the longest prompt's length lives on the device)
