@@ -468,14 +468,12 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
-// d (64x64 fp32) = [d +] A (64x16 bf16 in registers, the mma.m16n8k16 A layout per warp) * B (16x64, K-major in
-// shared memory)
-__device__ __forceinline__ void wg_mma_rs_k(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CS1_WG_D32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+// d (64x64 fp32) = [d +] A (64x16, K-major in shared memory) * B (16x64, K-major in shared memory)
+__device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CS1_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
                  : CS1_WG_D32_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+                 : "l"(a), "l"(b), "r"(accumulate));
 }
 
 // d (64x64 fp32) += A (64x16 bf16 in registers, the mma.m16n8k16 A layout per warp) * B (16x64, MN-major in smem)
@@ -556,7 +554,6 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         for (int i = 0; i < 32; ++i) acc[n][i] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY};  // scaled base-2 units
     float row_sum[2] = {0.f, 0.f};              // this thread's partial sums; reduced over the quad at the end
-    uint32_t qf[kHeadDim / 16][4];              // this warp's 16 Q rows as bf16 A fragments
 
     for (int kt = 0; kt < n_key_tiles; ++kt) {
         const int key0 = kt * kWgKeys;
@@ -564,20 +561,13 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         cp_async_wait<2 * STAGES - 1>();
         fence_async_shared();
         __syncthreads();  // Q and this K tile have landed
-        if (kt == 0) {  // Q into registers once (A fragments of the 16 column steps): S reads only K from smem
-#pragma unroll
-            for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // ldmatrix x4: lane l addresses row l % 8 of matrix l / 8
-                const int row = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-                const int col = ks * 16 + 8 * (lane >> 4);
-                const uint32_t chunk = ((col & 63) >> 3) ^ (row & 7);  // the 128-byte swizzle
-                ldmatrix_x4(qf[ks], sQ + (col >> 6) * kWgPanelBytes + row * 128 + (chunk << 4));
-            }
-        }
         float s[32];
         wg_fence();
 #pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks)  // 16-column steps of K: panel ks / 4, 32 bytes in
-            wg_mma_rs_k(s, qf[ks], wg_desc(sK + (ks >> 2) * kWgPanelBytes + (ks & 3) * 32, 16, 1024), ks > 0);
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16-column steps: panel ks / 4, 32 bytes in
+            const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
+            wg_mma_ss(s, wg_desc(sQ + off, 16, 1024), wg_desc(sK + off, 16, 1024), ks > 0);
+        }
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warpgroup is done with this K tile
