@@ -9,6 +9,8 @@ usage: ./build.sh OUTDIR [ARCH]
 Builds OUTDIR/libqwen3_5_cuda.so from native/*.cu in one nvcc call:
   -O3 -std=c++17, SASS for sm_ARCH + PTX for compute_ARCH (newer GPUs JIT the PTX),
   CUDA runtime linked statically, cuBLASLt linked dynamically with an rpath to where it was found.
+  ARCH 90 builds SASS for sm_90a instead (it runs on every compute capability 9.0 GPU and holds the
+  Hopper-only kernels: the wgmma attention) + compute_90 PTX; ARCH 90a builds sm_90a SASS + PTX only.
 
 ARCH     compute capability without the dot: 90 for H100/H200, 89 for Ada, 80 for A100
          (default: $CUDA_COMPUTE_CAP, else 90).
