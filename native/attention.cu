@@ -409,21 +409,22 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 // ---- sm_90: warpgroup MMA (wgmma) kernel, bidirectional -------------------------------------------------------
 //
 // One warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. A block holds NH = 1 or 2
-// warpgroups: with 2, the two q heads of one key/value head share every K and V tile, which halves the L2 -> shared
-// memory traffic per query row (the 1-head block was bound by it at long prompts). Each warpgroup runs the same
-// instructions in the same order either way, so the two forms give the same bytes. S = Q K^T and
-// O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared memory, P from registers (bf16, the
-// same rounding as the mma.sync kernels), V from shared memory read as an MN-major operand. Shared tiles are 4
-// panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)),
-// the layout the wgmma descriptors name. 32 KiB per Q head and per K or V tile and stage: 1-head blocks (96 KiB)
-// run two per SM, 2-head blocks (193 KiB, K/V double-buffered) one. Needs sm_90a (wgmma); the build compiles it for that target only (CS1_SM90A_KERNELS),
-// and the dispatcher picks it only on compute capability 9.0. Its bits differ from the mma.sync kernels (the
-// tensor cores sum in another order), so a device uses one family for every length.
+// warpgroups: with 2, the two q heads of one key/value head share every K and V tile (double-buffered), half the
+// loads per query row; measured 1.03-1.05x from 1024 rows and slower below (half as many blocks), so the automatic
+// choice takes it from kWgmmaPairMinRows rows. Each warpgroup runs the same instructions in the same order either
+// way, so the two forms give the same bytes. S = Q K^T and O += P V run on wgmma (m64n64k16, fp32 accumulators): Q
+// and K from shared memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared
+// memory read as an MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte
+// swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per
+// Q head and per K or V tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
+// Needs sm_90a (wgmma): the build compiles it for that target only (CS1_SM90A_KERNELS), and the dispatcher picks it
+// only on compute capability 9.0. Its bits differ from the mma.sync kernels (the tensor cores sum in another
+// order), so a device uses one family for every length.
 
-constexpr int kWgRows = 64;                                // query rows per block
-[[maybe_unused]] constexpr int kWgKeys = 64;                             // keys per tile
-constexpr int kWgPanelBytes = 64 * 128;                    // one 64-column panel of a 64-row tile
-constexpr int kWgTileBytes = 4 * kWgPanelBytes;            // 64 rows x 256 columns of bf16
+constexpr int kWgRows = 64;                      // query rows per warpgroup
+[[maybe_unused]] constexpr int kWgKeys = 64;     // keys per tile (used only in the sm_90a pass)
+constexpr int kWgPanelBytes = 64 * 128;          // one 64-column panel of a 64-row tile
+constexpr int kWgTileBytes = 4 * kWgPanelBytes;  // 64 rows x 256 columns of bf16
 // The two forms the dispatcher launches: one head per block with single K/V tiles (two blocks per SM), or two heads
 // with double-buffered K/V tiles (the next tile loads during a whole step; one block per SM).
 constexpr int wg_stages(int heads) { return heads == 1 ? 1 : 2; }
