@@ -204,6 +204,59 @@ __device__ __forceinline__ bool find_tile(const AttnParams &p, int slot, TileWor
     return false;
 }
 
+// Where a block's query rows (from row0 of its segment, head `head`) and its kv head's keys and values start.
+struct HeadRows {
+    const uint16_t *q, *k, *v;
+    int64_t ldk;  // k row stride (elements)
+};
+
+__device__ __forceinline__ HeadRows head_rows(const AttnParams &p, const TileWork &w, int64_t ldq, int row0,
+                                              int head) {
+    const int kvh = head / p.group;
+    HeadRows r;
+    r.ldk = static_cast<int64_t>(p.Hk) * kHeadDim;
+    r.q = p.q + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+    r.k = p.k + static_cast<int64_t>(w.start) * r.ldk + kvh * kHeadDim;
+    r.v = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
+    return r;
+}
+
+// Zeros into the output rows [row0, row0 + rows) of a padding segment, one head: 16-byte stores, threads tid of n.
+__device__ __forceinline__ void zero_padding_rows(const AttnParams &p, const TileWork &w, int64_t ldq, int row0,
+                                                  int rows, int head, int tid, int n) {
+    uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
+    for (int c = tid; c < rows * kChunksPerRow; c += n)
+        *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) = make_uint4(0, 0, 0, 0);
+}
+
+// 1 / (softmax row sum) of the accumulator rows g and g + 8 from this thread's partial sums (reduced over the quad)
+__device__ __forceinline__ void inverse_row_sums(const float (&row_sum)[2], float (&inv)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(kFullMask, l, 1);
+        l += __shfl_xor_sync(kFullMask, l, 2);
+        inv[r] = 1.0f / l;
+    }
+}
+
+// out = bf16(attn) * bf16(sigmoid(gate)) for the 16 rows of one warp and head from wrow0 (those before seq_len):
+// bf16(attn) staged at sO (row stride kRowElems), out0 = the first row's element offset + lane * 8; one full
+// 512-byte row per iteration.
+__device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint16_t *sO, int64_t ldq, int64_t out0,
+                                                 int wrow0, int seq_len, int lane) {
+    for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
+        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
+        uint4 o;
+        o.x = gate_pair(a.x, gt.x);
+        o.y = gate_pair(a.y, gt.y);
+        o.z = gate_pair(a.z, gt.z);
+        o.w = gate_pair(a.w, gt.w);
+        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
+    }
+}
+
 // ---- the kernel -------------------------------------------------------------------------------------------
 
 template <int BQ, bool CAUSAL>
@@ -226,19 +279,13 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
     const int seq_len = w.end - w.start;
 
     if (w.padding) {  // padding rows: zeros
-        const int rows = min(BQ, seq_len - row0);
-        uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
-        for (int c = tid; c < rows * kChunksPerRow; c += kThreads)
-            *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) =
-                make_uint4(0, 0, 0, 0);
+        zero_padding_rows(p, w, ldq, row0, min(BQ, seq_len - row0), head, tid, kThreads);
         return;
     }
 
-    const int kvh = head / p.group;
-    const int64_t ldk = static_cast<int64_t>(p.Hk) * kHeadDim;
-    const uint16_t *gQ = p.q + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
-    const uint16_t *gK = p.k + static_cast<int64_t>(w.start) * ldk + kvh * kHeadDim;
-    const uint16_t *gV = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
+    const HeadRows in = head_rows(p, w, ldq, row0, head);
+    const int64_t ldk = in.ldk;
+    const uint16_t *gQ = in.q, *gK = in.k, *gV = in.v;
     const int key_end = CAUSAL ? min(seq_len, row0 + BQ) : seq_len;  // keys this block may need
     const int n_key_tiles = (key_end + kKeyTile - 1) / kKeyTile;
 
@@ -375,13 +422,7 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
     // Epilogue. Stage bf16(attn) in this warp's own query rows (no other warp reads them), then apply the gate
     // with 16-byte loads and stores: each iteration is one full 512-byte row.
     float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(kFullMask, l, 1);
-        l += __shfl_xor_sync(kFullMask, l, 2);
-        inv[r] = 1.0f / l;
-    }
+    inverse_row_sums(row_sum, inv);
     __syncwarp();
     uint16_t *sO = sQ + warp * 16 * kRowElems;
 #pragma unroll
@@ -393,16 +434,7 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
     }
     __syncwarp();
     const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
-    for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
-        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
-        uint4 o;
-        o.x = gate_pair(a.x, gt.x);
-        o.y = gate_pair(a.y, gt.y);
-        o.z = gate_pair(a.z, gt.z);
-        o.w = gate_pair(a.w, gt.w);
-        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
-    }
+    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane);
 #endif
 }
 
@@ -513,19 +545,13 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     const int row0 = w.tile * kWgRows;
     const int seq_len = w.end - w.start;
     if (w.padding) {  // padding rows: zeros
-        const int rows = min(kWgRows, seq_len - row0);
-        uint16_t *o = p.out + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
-        for (int c = wtid; c < rows * kChunksPerRow; c += 128)
-            *reinterpret_cast<uint4 *>(o + (c / kChunksPerRow) * ldq + (c % kChunksPerRow) * 8) =
-                make_uint4(0, 0, 0, 0);
+        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, wtid, 128);
         return;
     }
 
-    const int kvh = head / p.group;
-    const int64_t ldk = static_cast<int64_t>(p.Hk) * kHeadDim;
-    const uint16_t *gQ = p.q + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim;
-    const uint16_t *gK = p.k + static_cast<int64_t>(w.start) * ldk + kvh * kHeadDim;
-    const uint16_t *gV = p.v + static_cast<int64_t>(w.start) * p.ldv + kvh * kHeadDim;
+    const HeadRows in = head_rows(p, w, ldq, row0, head);
+    const int64_t ldk = in.ldk;
+    const uint16_t *gQ = in.q, *gK = in.k, *gV = in.v;
     const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
 
     // groups in flight, in order: [Q + K0] [V0] ... [K(STAGES-1)] [V(STAGES-1)], then per key tile kt, once its
@@ -647,13 +673,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems, the
     // warpgroups one after another; Q and K are free now), then the gate with 16-byte loads and stores.
     float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(kFullMask, l, 1);
-        l += __shfl_xor_sync(kFullMask, l, 2);
-        inv[r] = 1.0f / l;
-    }
+    inverse_row_sums(row_sum, inv);
     uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (base - smem_u32(wg_smem_raw))) +
                    (wg * 64 + warp * 16) * kRowElems;
 #pragma unroll
@@ -668,16 +688,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         }
     __syncwarp();
     const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
-    for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
-        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
-        uint4 o;
-        o.x = gate_pair(a.x, gt.x);
-        o.y = gate_pair(a.y, gt.y);
-        o.z = gate_pair(a.z, gt.z);
-        o.w = gate_pair(a.w, gt.w);
-        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
-    }
+    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane);
 #else
     __trap();  // not built for sm_90a: the dispatcher never launches it there
 #endif
