@@ -120,8 +120,6 @@ tmp="$OUTDIR/.libqwen3_5_cuda.so.$$"
 trap 'rm -f "$tmp"' EXIT
 
 sources=("$ROOT"/native/*.cu)
-echo "build.sh: nvcc $nvcc_version ($nvcc_bin), sm_$ARCH, cuBLASLt $cublas_lib" >&2
-# shellcheck disable=SC2086
 # Target 90 also builds the sm_90a-only kernels (wgmma): SASS for sm_90a (every compute capability 9.0 GPU runs it)
 # plus compute_90 PTX for newer GPUs to JIT, where those kernels are stubs the dispatchers never pick.
 case "$ARCH" in
@@ -130,6 +128,8 @@ case "$ARCH" in
   90a) gencode=(-gencode "arch=compute_90a,code=[sm_90a,compute_90a]" -DCS1_SM90A_KERNELS) ;;
   *) gencode=(-gencode "arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]") ;;
 esac
+echo "build.sh: nvcc $nvcc_version ($nvcc_bin), ${gencode[*]}, cuBLASLt $cublas_lib" >&2
+# shellcheck disable=SC2086
 "$nvcc_bin" -O3 -std=c++17 \
   "${gencode[@]}" \
   -shared -Xcompiler -fPIC -Xcompiler -Wall,-Wextra -cudart static \

@@ -52,8 +52,9 @@ inline bool arch_prefers_wide(const DeviceCaps &c) {
 
 // Bidirectional attention on compute capability 9.0 runs on the warpgroup-MMA kernel (sm_90a code, which runs on
 // 9.0 only) when the library holds it and the block's shared memory fits: 1.13-1.65x the 64-row tile at 128-8192
-// rows on the H200 (benchmarks/LEVERS.md, lever 21). It does not depend on the window, so a prompt gets the same
-// bits whatever length it is padded to. Causal attention, and every other device, keep the tiles below.
+// rows on the H200 (benchmarks/LEVERS.md, lever 21). Whether it runs does not depend on the window, and its two
+// forms (one or two heads per block, kWgmmaPairMinRows) give the same bytes, so a prompt gets the same bits whatever
+// length it is padded to. Causal attention, and every other device, keep the tiles below.
 inline bool use_wgmma(const DeviceCaps &c, bool causal, bool built, int smem_bytes) {
     return built && !causal && c.cc_major == 9 && c.cc_minor == 0 && c.smem_optin >= smem_bytes;
 }

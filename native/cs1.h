@@ -145,13 +145,13 @@ int cs1_attention_gated_bidirectional(const void *q, const void *k, const void *
                                       const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T,
                                       int64_t Hq, int64_t Hk, int64_t Dh, float scale, void *stream);
 /* the same with the kernel chosen explicitly (tests, benchmarks): causal 0/1; tile_rows 0 = automatic policy (on
- * compute capability 9.0 with a target-90 build, bidirectional calls take CS1_ATTENTION_TILE_WGMMA; everything else
- * the tile cs1_attention_tile_rows names),
+ * compute capability 9.0 with a target-90 build, bidirectional calls take the wgmma kernel: CS1_ATTENTION_TILE_WGMMA,
+ * or _PAIR from 1024 rows; everything else the tile cs1_attention_tile_rows names),
  * 64 = the 64-query/128-thread tile, 128 = the wide 128-query/256-thread tile (byte-identical results),
  * CS1_ATTENTION_TILE_WGMMA = the sm_90 warpgroup-MMA kernel (64 queries of one head per block; bidirectional only,
  * compute capability 9.0 and a build for target 90, else CS1_ERR_UNSUPPORTED; its bits differ from the other two),
  * CS1_ATTENTION_TILE_WGMMA_PAIR = the same with two heads of one kv head per block (Hq / Hk even; the same bytes as
- * CS1_ATTENTION_TILE_WGMMA; the automatic choice where it runs). */
+ * CS1_ATTENTION_TILE_WGMMA). */
 enum { CS1_ATTENTION_TILE_WGMMA = -64, CS1_ATTENTION_TILE_WGMMA_PAIR = -128 };
 int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                               const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
