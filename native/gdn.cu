@@ -17,28 +17,31 @@
 // tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
 // substitution stays fp32 on CUDA cores.
 //
-// Four launches per cs1_gdn_prefill:
+// Three launches per cs1_gdn_prefill (four on devices with less shared memory, see GdnPath):
 //   1. gdn_index_kernel    (1 block): sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of
 //      ceil(len/64)), so chunks restart at every prompt start. cu_seqlens lives on the device, so the host only
 //      knows the bound NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit.
-//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution.
+//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
+//      writes zeros into the padding rows of o.
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
-//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes;
-//      writes each chunk's entry state S0 and overwrites U with Delta.
-//   4. gdn_out_mma_kernel  (chunk, head): O from S0 and Delta; also writes zeros into padding rows.
+//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
+//      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut).
+//   4. gdn_out_mma_kernel  (chunk, head), only without kOut: the walk then writes each chunk's S0 and Delta (over
+//      U) to the workspace, and this kernel forms O from them.
 // (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
 //
 // Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
 // slot index b = chunk * H + head:
 //   seq_start int32 [n_seqs + 1]   sanitised cu_seqlens (clamped to [0, T], non-decreasing)
 //   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
-//   U/Delta   f32 [NC * H, 64, 128] U from prep, overwritten in place by Delta in the walk
+//   U/Delta   f32 [NC * H, 64, 128] U from prep (without kOut overwritten in place by Delta in the walk)
 //   W         f32 [NC * H, 64, 128]
-//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA)
+//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut
 //   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
 //   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
 // = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
 #include <atomic>
+#include <type_traits>
 
 #include "common.cuh"
 #include "gdn_mma.cuh"
@@ -204,14 +207,23 @@ struct PrepSmem {
 constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
 static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 
+// Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
-                                                                   const float *__restrict__ beta, int n_seqs, int H,
-                                                                   int HK, unsigned char *__restrict__ ws,
-                                                                   Layout lay) {
+                                                                   const float *__restrict__ beta, int n_seqs, int T,
+                                                                   int H, int HK, unsigned char *__restrict__ ws,
+                                                                   Layout lay, bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
-                                     reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    {
+        const int first = seq_start[0], end = seq_start[n_seqs];
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+            const int64_t row = int64_t(c) * kC + e / (kD / 4);
+            if (row < T && (row < first || row >= end))
+                *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
+        }
+    }
+    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
     if (ck.len == 0) return;
     const int hk = h / (H / HK);
     const size_t slot = size_t(c) * H + h;
@@ -296,9 +308,19 @@ struct WalkBuf {
     float gam[kC];
     float rk[kC];
 };
-// kBufs = 2 double-buffers the chunk operands (151 KiB: sm_90 / sm_80); 1 fits the 99 KiB of sm_86 / sm_89.
-constexpr size_t walk_mma_smem(int bufs) { return bufs * sizeof(WalkBuf) + (kD * kLdSl + kC * kLdSl) * sizeof(float); }
-static_assert(sizeof(WalkBuf) % 16 == 0, "WalkBuf keeps 16-byte alignment");
+struct WalkOutBuf : WalkBuf {  // the walk that also writes O needs the chunk's q rows
+    bf16 Q[kC * kLdKb];
+};
+template <bool kOut> using WalkBufOf = std::conditional_t<kOut, WalkOutBuf, WalkBuf>;
+static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0, "walk buffers keep 16-byte alignment");
+
+// Shared memory of a walk block: kBufs chunk buffers, the state slab S and diag(f) Delta; with kOut also Delta,
+// P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
+// 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
+constexpr size_t walk_smem(int bufs, bool out) {
+    return bufs * (out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) + (kD * kLdSl + kC * kLdSl) * sizeof(float) +
+           (out ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
+}
 
 struct OutSmem {
     bf16 Q[kC * kLdKb];  // raw q rows
@@ -312,10 +334,91 @@ struct OutSmem {
 constexpr size_t kOutMmaSmem = sizeof(OutSmem);
 static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
 
-__device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int64_t ld, int len,
-                                              const unsigned char *ws, const Layout &lay, size_t slot, int v0) {
+// ---- pieces of the output O = diag(qs e^Gam) Q_raw S0 + P Delta, shared by the walk (kOut) and the out kernel ----
+
+// P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
+// warp: rows 16 (w % 4).., columns 32 (w / 4)..
+__device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
+                                        const float *gam, float *P) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float acc[4][4] = {};
+    mma_rows_bf16_16x32(Q, K, m0, n0, acc);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+            P[i * kLdL + jj] = jj <= i ? acc[j][e] * qs[i] * rk[jj] * expf(gam[i] - gam[jj]) : 0.0f;
+        }
+}
+
+// acc[j] (rows m0.., columns n0 + 8j..) *= qs_i e^{Gam_i}: the row factors of Q_raw S0
+template <int NT>
+__device__ __forceinline__ void scale_q_rows(float acc[NT][4], const float *qs, const float *gam, int m0) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;  // e = 0: row g, e = 2: row g + 8
+        const float f = qs[i] * expf(gam[i]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            acc[j][e] *= f;
+            acc[j][e + 1] *= f;
+        }
+    }
+}
+
+// acc[j] += P[m0.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (3-term tf32); Delta in smem of stride ldb
+template <int NT>
+__device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int ldb, int m0, int n0,
+                                            float acc[NT][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kC; k0 += 8) {
+        uint32_t ah[4], al[4];
+        tf32_split(P[(m0 + g) * kLdL + k0 + t], ah[0], al[0]);
+        tf32_split(P[(m0 + g + 8) * kLdL + k0 + t], ah[1], al[1]);
+        tf32_split(P[(m0 + g) * kLdL + k0 + t + 4], ah[2], al[2]);
+        tf32_split(P[(m0 + g + 8) * kLdL + k0 + t + 4], ah[3], al[3]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            uint32_t bh[2], bl[2];
+            tf32_split(B[(k0 + t) * ldb + n0 + 8 * j + g], bh[0], bl[0]);
+            tf32_split(B[(k0 + t + 4) * ldb + n0 + 8 * j + g], bh[1], bl[1]);
+            mma_tf32(acc[j], al, bh);
+            mma_tf32(acc[j], ah, bl);
+            mma_tf32(acc[j], ah, bh);
+        }
+    }
+}
+
+// rows m0 + g and m0 + g + 8 of acc (columns col0 + 8j + 2t, +1) as bf16 into o; rows >= len are not written
+template <int NT>
+__device__ __forceinline__ void store_o_rows(const float acc[NT][4], bf16 *o, int row0, int len, int H, int h,
+                                             int col0, int m0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;
+        if (i >= len) continue;
+        bf16 *orow = o + (int64_t(row0 + i) * H + h) * kD + col0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
+                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) = packed;
+        }
+    }
+}
+
+template <bool kOut>
+__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *rows, int64_t ld, int hk, int HK,
+                                              int len, const unsigned char *ws, const Layout &lay, size_t slot,
+                                              int v0) {
     cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
-    cp_rows_bf16(b.K, krows, ld, len);
+    cp_rows_bf16(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
+    if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
     cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
     const int tid = threadIdx.x;
     if (tid < kC / 4)
@@ -330,12 +433,17 @@ __device__ __forceinline__ void walk_prefetch(WalkBuf &b, const bf16 *krows, int
 // warp w holds rows 16w.. (st[j] = C fragment of columns 8j..8j+7). Per chunk:
 //   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
 //   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
-// while the next chunk's W, k, U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with one
-// buffer they load after the chunk).
-template <int kBufs>
+// while the next chunk's W, k (and q), U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with
+// one buffer they load after the chunk).
+// kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
+// O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
+// loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
+template <int kBufs, bool kOut>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
-                                                                   int HK, unsigned char *__restrict__ ws,
-                                                                   Layout lay) {
+                                                                   int HK, float scale,
+                                                                   unsigned char *__restrict__ ws, Layout lay,
+                                                                   bf16 *__restrict__ o) {
+    using Buf = WalkBufOf<kOut>;
     const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
@@ -343,31 +451,33 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     const int c_begin = chunk_off[s], c_end = chunk_off[s + 1], row_begin = seq_start[s], row_end = seq_start[s + 1];
     if (c_begin >= c_end) return;
     const int hk = h / (H / HK);
-    const bf16 *kcol = qkv + int64_t(HK) * kD + int64_t(hk) * kD;
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    WalkBuf *buf = reinterpret_cast<WalkBuf *>(smem_raw);
+    Buf *buf = reinterpret_cast<Buf *>(smem_raw);
     float *sS = reinterpret_cast<float *>(buf + kBufs);  // [128][kLdSl] state slab entering the chunk
     float *sDf = sS + kD * kLdSl;                         // [64][kLdSl] diag(f) Delta
+    float *sD = sDf + kC * kLdSl;                         // kOut: [64][kLdSl] Delta
+    float *sP = sD + kC * kLdSl;                          // kOut: [64][kLdL] P
+    float *sQs = sP + kC * kLdL;                          // kOut: [64] scale / |q_i|
 
-    {
-        const int len = min(kC, row_end - row_begin);
-        walk_prefetch(buf[0], kcol + int64_t(row_begin) * ld, ld, len, ws, lay, size_t(c_begin) * H + h, v0);
-    }
+    walk_prefetch<kOut>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
+                        size_t(c_begin) * H + h, v0);
     float st[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
 
     for (int c = c_begin; c < c_end; ++c) {
         const size_t slot = size_t(c) * H + h;
-        const WalkBuf &cur = buf[(c - c_begin) % kBufs];
+        const Buf &cur = buf[(c - c_begin) % kBufs];
+        const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
         cp_async_wait_all();
-        __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS and sDf is done
-        const int row1 = row_begin + (c + 1 - c_begin) * kC;
+        __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS, sDf, sD, sP is done
+        const int row1 = row0 + kC;
         if (kBufs == 2 && c + 1 < c_end)
-            walk_prefetch(buf[(c + 1 - c_begin) % kBufs], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws,
-                          lay, slot + H, v0);
-        {  // S0 of this chunk: to smem (B operand below) and to the workspace (output kernel)
+            walk_prefetch<kOut>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
+                                min(kC, row_end - row1), ws, lay, slot + H, v0);
+        if constexpr (kOut) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+        {  // S0 of this chunk: to smem (B operand below) and, for the out kernel, to the workspace
             float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
             const int r = 16 * warp + g;
 #pragma unroll
@@ -376,22 +486,34 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
                 *reinterpret_cast<float2 *>(sS + r * kLdSl + col) = lo;
                 *reinterpret_cast<float2 *>(sS + (r + 8) * kLdSl + col) = hi;
-                *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
-                *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
+                if constexpr (!kOut) {
+                    *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
+                    *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
+                }
             }
         }
         __syncthreads();
         const float gam_last = cur.gam[kC - 1];
-        {  // Delta = U - W S
-            const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+        const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
+        float oacc[2][4] = {};
+        if constexpr (kOut) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
+        {  // Delta = U - W S (and O = Q_raw S, 2-term: q is exact)
+            const uint16_t *qb = nullptr;
+            if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
             float big[2][4] = {}, small[2][4] = {};
 #pragma unroll 4
             for (int k0 = 0; k0 < kD; k0 += 8) {
-                uint32_t ah[4], al[4];
+                uint32_t ah[4], al[4], aq[4];
                 tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
                 tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
                 tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
                 tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+                if constexpr (kOut) {
+                    aq[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t]);
+                    aq[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t]);
+                    aq[2] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t + 4]);
+                    aq[3] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t + 4]);
+                }
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     uint32_t bh[2], bl[2];
@@ -400,6 +522,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     mma_tf32(small[j], ah, bl);
                     mma_tf32(small[j], al, bh);
                     mma_tf32(big[j], ah, bh);
+                    if constexpr (kOut) {
+                        mma_tf32(oacc[j], aq, bl);
+                        mma_tf32(oacc[j], aq, bh);
+                    }
                 }
             }
             float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
@@ -413,7 +539,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     const float2 u = *reinterpret_cast<const float2 *>(cur.U + i * kLdSl + col);
                     const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
                     const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
-                    *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
+                    if constexpr (kOut)
+                        *reinterpret_cast<float2 *>(sD + i * kLdSl + col) = make_float2(d0, d1);
+                    else
+                        *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
                     *reinterpret_cast<float2 *>(sDf + i * kLdSl + col) = make_float2(d0 * f, d1 * f);
                 }
             }
@@ -421,15 +550,15 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         __syncthreads();
         {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
             const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
-            const int m0 = 16 * warp;
+            const int r0 = 16 * warp;
             float big[4][4] = {}, small[4][4] = {};
 #pragma unroll 2
             for (int i0 = 0; i0 < kC; i0 += 8) {
                 uint32_t a[4];
-                a[0] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + m0 + g]);
-                a[1] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + m0 + g + 8]);
-                a[2] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + m0 + g]);
-                a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + m0 + g + 8]);
+                a[0] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + r0 + g]);
+                a[1] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + r0 + g + 8]);
+                a[2] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g]);
+                a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g + 8]);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     uint32_t bh[2], bl[2];
@@ -445,9 +574,15 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
         }
+        if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
+            scale_q_rows<2>(oacc, sQs, cur.gam, m0);
+            mma_p_delta<2>(sP, sD, kLdSl, m0, n0, oacc);
+            store_o_rows<2>(oacc, o, row0, len, H, h, v0 + n0, m0);
+        }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
-            walk_prefetch(buf[0], kcol + int64_t(row1) * ld, ld, min(kC, row_end - row1), ws, lay, slot + H, v0);
+            walk_prefetch<kOut>(buf[0], qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws, lay,
+                                slot + H, v0);
         }
     }
 }
@@ -455,23 +590,16 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 // Block (chunk, head), 8 warps:
 //   P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D      bf16 MMA (exact products); warp: rows 16 (w % 4).., cols 32 (w / 4)..
 //   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 16 (w % 4).., columns 64 (w / 4)..
-// qs_i = scale / |q_i|. Also writes zeros into the padding rows of the flat 64-row window.
+// qs_i = scale / |q_i|. Only where the walk does not write O itself (kOut = false: devices whose shared memory
+// does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
 __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
-                                                                  int n_seqs, int T, int H, int HK, float scale,
+                                                                  int n_seqs, int H, int HK, float scale,
                                                                   unsigned char *__restrict__ ws, Layout lay,
                                                                   bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
-    {  // padding rows of the flat 64-row window c (rows outside every prompt) get zeros
-        const int first = seq_start[0], end = seq_start[n_seqs];
-        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
-            const int64_t row = int64_t(c) * kC + e / (kD / 4);
-            if (row < T && (row < first || row >= end))
-                *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
-        }
-    }
-    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
+                                    reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
     if (ck.len == 0) return;
     const int hk = h / (H / HK);
     const size_t slot = size_t(c) * H + h;
@@ -493,21 +621,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     __syncthreads();
     row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
     __syncthreads();
-    const int m0 = 16 * (warp & 3);
-    {  // P
-        const int n0 = 32 * (warp >> 2);
-        float acc[4][4] = {};
-        mma_rows_bf16_16x32(sm.Q, sm.K, m0, n0, acc);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
-                sm.P[i * kLdL + jj] = jj <= i ? acc[j][e] * sm.qs[i] * sm.rk[jj] * expf(sm.gam[i] - sm.gam[jj])
-                                              : 0.0f;
-            }
-    }
-    const int n0 = 64 * (warp >> 2);
+    chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
+    const int m0 = 16 * (warp & 3), n0 = 64 * (warp >> 2);
     float acc[8][4] = {};
     const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
     for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (2-term: q is exact)
@@ -536,79 +651,60 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
             }
         }
     }
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-        const int i = m0 + g + 4 * e;  // e = 0: row g, e = 2: row g + 8
-        const float f = sm.qs[i] * expf(sm.gam[i]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            acc[j][e] *= f;
-            acc[j][e + 1] *= f;
-        }
-    }
+    scale_q_rows<8>(acc, sm.qs, sm.gam, m0);
     __syncthreads();  // every read of S0 done
     cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-#pragma unroll 2
-    for (int k0 = 0; k0 < kC; k0 += 8) {  // + P Delta (3-term)
-        uint32_t ah[4], al[4];
-        tf32_split(sm.P[(m0 + g) * kLdL + k0 + t], ah[0], al[0]);
-        tf32_split(sm.P[(m0 + g + 8) * kLdL + k0 + t], ah[1], al[1]);
-        tf32_split(sm.P[(m0 + g) * kLdL + k0 + t + 4], ah[2], al[2]);
-        tf32_split(sm.P[(m0 + g + 8) * kLdL + k0 + t + 4], ah[3], al[3]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            uint32_t bh[2], bl[2];
-            tf32_split(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g], bh[0], bl[0]);
-            tf32_split(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g], bh[1], bl[1]);
-            mma_tf32(acc[j], al, bh);
-            mma_tf32(acc[j], ah, bl);
-            mma_tf32(acc[j], ah, bh);
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-        const int i = m0 + g + 4 * e;
-        if (i >= ck.len) continue;
-        bf16 *orow = o + (int64_t(ck.row0 + i) * H + h) * kD + n0 + 2 * t;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
-                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
-            *reinterpret_cast<uint32_t *>(orow + 8 * j) = packed;
-        }
-    }
+    mma_p_delta<8>(sm.P, sm.B, kLdF, m0, n0, acc);
+    store_o_rows<8>(acc, o, ck.row0, ck.len, H, h, n0, m0);
 }
 
 
-// Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call) and pick
-// the walk's buffer count from the device's shared memory per block. *walk_bufs: 1 or 2.
-int configure_device(int *walk_bufs) {
+// How one cs1_gdn_prefill runs on this device: the walk's buffer count (1 or 2) and whether it writes O itself
+// (three launches) or leaves it to gdn_out_mma_kernel (four). Chosen once per device from its shared memory per
+// block: the fused walk when it fits, with two buffers when they fit. CS1_GDN_SPLIT_OUT=1 in the environment (read
+// once) forces the separate out kernel: the path of smaller devices, kept testable on larger ones.
+struct GdnPath {
+    int walk_bufs;
+    bool walk_writes_o;
+};
+
+template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
+    CS1_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return 0;
+}
+
+// Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
+int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> bufs[64];
+    static std::atomic<int> chosen[64];  // walk_bufs + 2 * walk_writes_o
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
-        *walk_bufs = bufs[dev].load(std::memory_order_relaxed);
+        const int v = chosen[dev].load(std::memory_order_relaxed);
+        *path = GdnPath{v & 3, (v & 4) != 0};
         return 0;
     }
-    CS1_CUDA(cudaFuncSetAttribute(gdn_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(kPrepMmaSmem)));
     int optin = 0;
     CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    *walk_bufs = size_t(optin) >= walk_mma_smem(2) ? 2 : 1;
-    if (*walk_bufs == 2)
-        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(walk_mma_smem(2))));
-    else
-        CS1_CUDA(cudaFuncSetAttribute(gdn_walk_mma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(walk_mma_smem(1))));
-    CS1_CUDA(cudaFuncSetAttribute(gdn_out_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOutMmaSmem)));
+    const char *split = getenv("CS1_GDN_SPLIT_OUT");
+    const bool fused_ok = !(split && split[0] == '1') && size_t(optin) >= walk_smem(1, true);
+    *path = fused_ok ? GdnPath{size_t(optin) >= walk_smem(2, true) ? 2 : 1, true}
+                     : GdnPath{size_t(optin) >= walk_smem(2, false) ? 2 : 1, false};
+    int st = allow_smem(gdn_prep_mma_kernel, kPrepMmaSmem);
+    if (st == 0 && path->walk_writes_o)
+        st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true))
+                                  : allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
+    else if (st == 0)
+        st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
+                                  : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
+    if (st == 0 && !path->walk_writes_o) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st != 0) return st;
     if (cached) {
-        bufs[dev].store(*walk_bufs, std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + (path->walk_writes_o ? 4 : 0), std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -647,27 +743,36 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    int walk_bufs = 2;
-    const int st = configure_device(&walk_bufs);
+    GdnPath path{2, true};
+    const int st = configure_device(&path);
     if (st != 0) return st;
 
     cudaStream_t s = cs1_stream(stream);
     auto *ws = static_cast<unsigned char *>(workspace);
     const auto *x = static_cast<const bf16 *>(qkv);
+    auto *out = static_cast<bf16 *>(o);
     gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T), reinterpret_cast<int32_t *>(ws + lay.seq_start),
                                       reinterpret_cast<int32_t *>(ws + lay.chunk_off));
     CS1_CUDA(cudaGetLastError());
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(H), int(HK), ws,
-                                                                   lay);
+    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(T), int(H),
+                                                                   int(HK), ws, lay, out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
-    if (n_seqs > 0 && walk_bufs == 2)
-        gdn_walk_mma_kernel<2><<<walk_grid, kThreads, walk_mma_smem(2), s>>>(x, ld, int(H), int(HK), ws, lay);
-    else if (n_seqs > 0)
-        gdn_walk_mma_kernel<1><<<walk_grid, kThreads, walk_mma_smem(1), s>>>(x, ld, int(H), int(HK), ws, lay);
+    if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
+    const size_t smem = walk_smem(path.walk_bufs, path.walk_writes_o);
+    const int h32 = int(H), hk32 = int(HK);
+    if (path.walk_writes_o && path.walk_bufs == 2)
+        gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+    else if (path.walk_writes_o)
+        gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+    else if (path.walk_bufs == 2)
+        gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+    else
+        gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     CS1_CUDA(cudaGetLastError());
-    gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), int(T), int(H), int(HK), scale,
-                                                                 ws, lay, static_cast<bf16 *>(o));
+    if (!path.walk_writes_o)
+        gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws, lay,
+                                                                     out);
     CS1_LAUNCHED();
 }

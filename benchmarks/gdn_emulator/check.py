@@ -10,7 +10,8 @@ from $CUDA_HOME/include) and runs cases of 1 to 700 rows against tests/gpu/test_
 same cases also run through OLD_NATIVE_DIR's kernels and every output must have the same bytes: the check of a
 change meant to leave results unchanged. The emulator sums each MMA in double (the hardware's fp32 order is
 unspecified), so "the same bytes" here means the same operands in the same order, which the GPU then also gives.
---walk picks the walk kernel instantiation (default: the pre-split double-buffered walk when the source has it).
+--walk picks the walk kernel instantiation (default: the double-buffered walk that writes O itself when the source
+has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it).
 Several minutes on a 2-core machine.
 """
 
@@ -41,14 +42,21 @@ WORK = Path(tempfile.mkdtemp(prefix="gdn-emu-"))
 
 def build(native: Path, walk: str | None, name: str) -> Path:
     src = (native / "gdn.cu").read_text()
+    walk_out = "bool kOut" in src  # the walk writes O itself unless told otherwise; prep zeroes the padding rows
     if walk is None:
-        walk = "gdn_walk_mma_kernel<2, true>" if "bool kPreSplit" in src else "gdn_walk_mma_kernel<2>"
-    body = src[:src.index("// The walk variants") if "// The walk variants" in src else src.index("// Opt in to")]
+        if walk_out:
+            walk = "gdn_walk_mma_kernel<2, true>"
+        else:
+            walk = "gdn_walk_mma_kernel<2, true>" if "bool kPreSplit" in src else "gdn_walk_mma_kernel<2>"
+    cut = next(m for m in ("// The walk variants", "// How one cs1_gdn_prefill runs", "// Opt in to") if m in src)
+    body = src[:src.index(cut)]
     body += "}  // namespace\n"
     body = body.replace("#include <atomic>", "")
     body = body.replace('#include "common.cuh"', '#include "prefix.h"\n#include "common.cuh"')
     body = body.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
                         "unsigned char *smem_raw = (unsigned char *)smem;")
+    if walk_out:
+        body = f"#define GDN_WALK_OUT {1 if walk.replace(' ', '').endswith(',true>') else 0}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")

@@ -1,4 +1,4 @@
-// ---- emulation driver: one cs1_gdn_prefill (index, prep, walk, out) on files written by check.py ----
+// ---- emulation driver: one cs1_gdn_prefill (index, prep, walk[, out]) on files written by check.py ----
 // WALK is the walk kernel instantiation to run, e.g. gdn_walk_mma_kernel<2, true> (set by check.py with -DWALK=...).
 #include <string>
 static std::vector<char> readf(const std::string &p) {
@@ -43,11 +43,22 @@ int main(int argc, char **argv) {
     const int64_t nc = (T + kC - 1) / kC + n;
     emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
                (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
+#ifdef GDN_WALK_OUT  // prep zeroes the padding rows; the walk writes O itself when GDN_WALK_OUT is 1
+    emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
+               (const float *)beta, int(n), int(T), int(H), int(HK), ws, lay, o);
+    if (n > 0)
+        emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), scale, ws, lay,
+                   o);
+    if (!GDN_WALK_OUT)
+        emu_launch(gdn_out_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(H), int(HK),
+                   scale, ws, lay, o);
+#else
     emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
                (const float *)beta, int(n), int(H), int(HK), ws, lay);
     if (n > 0) emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), ws, lay);
     emu_launch(gdn_out_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(T), int(H), int(HK),
                scale, ws, lay, o);
+#endif
     writef(dir + "/o.bin", o, obytes);
     return 0;
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One H200 call that judges a GDN kernel change against the previous native/ (carried in ab_old/ with its build.sh):
+# builds both, checks them byte for byte (benchmarks/gdn_parity.py), runs the GDN tests on the new build on its
+# default path and with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices), compute-sanitizer memcheck,
+# then times old and new alternately (kernel_times, ROUNDS times) and the in-process table of each.
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [ROUNDS=2] [LENGTHS=128,512,2048] [INPROCESS=1] scripts/gpu_gdn_ab.sh
+# Writes $OUT/summary.txt, $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json and $OUT/logs.tar.xz (every
+# log). Each step has its own timeout, and a failed step does not stop the later ones.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-$PWD/gpu_gdn_ab_out}
+W=$(mktemp -d)/gdn_ab
+mkdir -p "$W" "$FINAL"
+. scripts/device_env.sh "$W"
+ROUNDS=${ROUNDS:-2}
+LENGTHS=${LENGTHS:-128,512,2048}
+CKPT=${CKPT:-/tmp/bench4b}
+S=$FINAL/summary.txt
+T0=$SECONDS
+say() { printf '%4ss  %s\n' $((SECONDS - T0)) "$*" | tee -a "$S"; }
+finish() { tar cJf "$FINAL/logs.tar.xz" -C "$W/.." gdn_ab; }
+trap finish EXIT
+{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
+  --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
+cat "$W/env.txt" >>"$S"
+
+NEW=$PWD/target/libqwen3_5_cuda.so
+OLD=$PWD/ab_old/target/libqwen3_5_cuda.so
+./build.sh target 90 >"$W/build_new.log" 2>&1 &
+(cd ab_old && CS1_GIT_DESCRIBE="${OLD_DESCRIBE:-old}" ./build.sh target 90) >"$W/build_old.log" 2>&1 &
+wait
+say "build new: $(tail -n1 "$W/build_new.log")"
+say "build old: $(tail -n1 "$W/build_old.log")"
+
+timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
+say "parity rc=$?: $(tail -n1 "$W/parity.log")"
+CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py >"$W/test_gdn.log" 2>&1
+say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
+CS1_GDN_SPLIT_OUT=1 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
+  >"$W/test_gdn_split.log" 2>&1
+say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
+SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+  python3 scripts/sanitize_driver.py 640 1024 4096 >"$W/sanitizer.log" 2>&1
+say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
+
+for i in $(seq 1 "$ROUNDS"); do
+  for arm in old new; do
+    lib=$NEW; [ $arm = old ] && lib=$OLD
+    timeout 90 python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
+      --output "$FINAL/kt-$arm-$i.json" >"$W/kt-$arm-$i.log" 2>&1
+    say "kernel_times $arm $i: $(grep -E "T=|gdn_prefill" "$W/kt-$arm-$i.log" | tr -s ' ' | tr '\n' ' ')"
+  done
+done
+NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
+for arm in old new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
+  lib=$NEW; [ $arm = old ] && lib=$OLD
+  timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
+    --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
+    --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
+  say "ncu $arm rc=$?"
+  python3 - "$W/ncu-$arm.csv" <<'PY' | tee -a "$S"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+unit = head.index("Metric Unit")
+to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+seen = collections.defaultdict(list)
+for r in rows:
+    if r[m] == "gpu__time_duration.sum":
+        seen[r[k].split("(")[0].split("<")[0]].append(float(r[v].replace(",", "")) * to_us.get(r[unit], 1.0))
+for name, t in seen.items():
+    print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
+PY
+done
+for L in ${DETAIL_LENGTHS:-128 2048}; do  # the full Nsight sections of one prep and one walk launch of the new build
+  timeout 120 "$NCU" --clock-control none -k regex:"gdn_(prep|walk)" --launch-count 2 --set full --import-source yes \
+    --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
+    >"$W/ncu-detail-$L.txt" 2>&1
+  say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
+done
+if [ "${INPROCESS:-1}" = 1 ]; then
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  for arm in old new; do
+    lib=$NEW; [ $arm = old ] && lib=$OLD
+    timeout 120 python3 -m benchmarks.inprocess "$CKPT" --library "$lib" --graphs on --repeat 10 \
+      --output "$FINAL/inprocess-$arm.json" >"$W/inprocess-$arm.log" 2>&1
+    say "inprocess $arm rc=$?"
+    grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
+  done
+fi
+say done
