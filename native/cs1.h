@@ -122,9 +122,9 @@ int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes)
  * qkv: conv output rows of ld: q head j at [j*128], k head j at [HK*128 + j*128], v head h at [2*HK*128 + h*128].
  * q and k are L2-normalised inside (eps 1e-6), q scaled by `scale` (1/sqrt(128)); value head h reads key head
  * h / (H / HK). o: bf16 [T, H, 128] (rows outside every prompt get zeros).
- * Where the device's shared memory allows (sm_80 and up), the chunk walk writes o itself: three launches;
- * otherwise a separate output kernel does. CS1_GDN_SPLIT_OUT=1 in the environment (read once per device) forces
- * the separate kernel, for tests; both give the same bytes. */
+ * Up to 256 rows (T), where the device's shared memory allows (sm_80 and up), the chunk walk writes o itself
+ * (three launches); otherwise a separate output kernel does. CS1_GDN_SPLIT_OUT=1 in the environment (read once per
+ * device) forces the separate kernel, for tests; both give the same bytes. */
 int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
                     int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H,
                     int64_t HK, float scale, void *stream);

@@ -17,7 +17,8 @@
 // tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
 // substitution stays fp32 on CUDA cores.
 //
-// Three launches per cs1_gdn_prefill (four on devices with less shared memory, see GdnPath):
+// Three launches per cs1_gdn_prefill up to kWalkOutMaxRows rows on devices with the shared memory for it, four
+// otherwise (see GdnPath):
 //   1. gdn_index_kernel    (1 block): sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of
 //      ceil(len/64)), so chunks restart at every prompt start. cu_seqlens lives on the device, so the host only
 //      knows the bound NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit.
@@ -590,8 +591,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 // Block (chunk, head), 8 warps:
 //   P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D      bf16 MMA (exact products); warp: rows 16 (w % 4).., cols 32 (w / 4)..
 //   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 16 (w % 4).., columns 64 (w / 4)..
-// qs_i = scale / |q_i|. Only where the walk does not write O itself (kOut = false: devices whose shared memory
-// does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
+// qs_i = scale / |q_i|. Only where the walk does not write O itself (calls longer than kWalkOutMaxRows rows, devices
+// whose shared memory does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
 __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                   int n_seqs, int H, int HK, float scale,
                                                                   unsigned char *__restrict__ ws, Layout lay,
@@ -662,13 +663,19 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 }
 
 
-// How one cs1_gdn_prefill runs on this device: the walk's buffer count (1 or 2) and whether it writes O itself
-// (three launches) or leaves it to gdn_out_mma_kernel (four). Chosen once per device from its shared memory per
-// block: the fused walk when it fits, with two buffers when they fit. CS1_GDN_SPLIT_OUT=1 in the environment (read
-// once) forces the separate out kernel: the path of smaller devices, kept testable on larger ones.
+// How cs1_gdn_prefill runs on this device. The walk that writes O itself (kOut) saves the out kernel's launch and
+// its re-read of S0 and Delta, but puts O's work on the walk's serial chain: on the H200 (lever 24) it took one
+// layer at 128 rows from 44.4 to 36.4 us and at 2048 rows from 371 to 429 us (10.0 instead of 5.4 us per chunk,
+// while the out kernel runs all chunks in parallel). So it runs only up to kWalkOutMaxRows rows (the crossover
+// is near 6 chunks); longer calls keep the out kernel. Both give the same bytes.
+constexpr int64_t kWalkOutMaxRows = 256;
+
+// Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
+// one with kOut (0: it does not fit). CS1_GDN_SPLIT_OUT=1 in the environment (read once) sets out_bufs = 0: the
+// path of smaller devices, kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
-    bool walk_writes_o;
+    int out_bufs;
 };
 
 template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
@@ -679,32 +686,31 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 2 * walk_writes_o
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, (v & 4) != 0};
+        *path = GdnPath{v & 3, v >> 2};
         return 0;
     }
     int optin = 0;
     CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const char *split = getenv("CS1_GDN_SPLIT_OUT");
-    const bool fused_ok = !(split && split[0] == '1') && size_t(optin) >= walk_smem(1, true);
-    *path = fused_ok ? GdnPath{size_t(optin) >= walk_smem(2, true) ? 2 : 1, true}
-                     : GdnPath{size_t(optin) >= walk_smem(2, false) ? 2 : 1, false};
+    const size_t have = size_t(optin);
+    path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
+    path->out_bufs = (split && split[0] == '1') ? 0 : have >= walk_smem(2, true) ? 2 : have >= walk_smem(1, true);
     int st = allow_smem(gdn_prep_mma_kernel, kPrepMmaSmem);
-    if (st == 0 && path->walk_writes_o)
-        st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true))
-                                  : allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
-    else if (st == 0)
+    if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
-    if (st == 0 && !path->walk_writes_o) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st == 0 && path->out_bufs == 2) st = allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true));
+    if (st == 0 && path->out_bufs == 1) st = allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + (path->walk_writes_o ? 4 : 0), std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs, std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -743,7 +749,7 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, true};
+    GdnPath path{2, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -760,18 +766,20 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
                                                                    int(HK), ws, lay, out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
     if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
-    const size_t smem = walk_smem(path.walk_bufs, path.walk_writes_o);
+    const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
+    const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
+    const size_t smem = walk_smem(bufs, walk_writes_o);
     const int h32 = int(H), hk32 = int(HK);
-    if (path.walk_writes_o && path.walk_bufs == 2)
+    if (walk_writes_o && bufs == 2)
         gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else if (path.walk_writes_o)
+    else if (walk_writes_o)
         gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else if (path.walk_bufs == 2)
+    else if (bufs == 2)
         gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else
         gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     CS1_CUDA(cudaGetLastError());
-    if (!path.walk_writes_o)
+    if (!walk_writes_o)
         gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws, lay,
                                                                      out);
     CS1_LAUNCHED();
