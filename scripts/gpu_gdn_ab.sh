@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # One H200 call that judges a GDN kernel change against the previous native/ (carried in ab_old/ with its build.sh):
-# builds both, checks them byte for byte (benchmarks/gdn_parity.py), runs the GDN tests on the new build on its
-# default path and with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices), compute-sanitizer memcheck,
-# then times old and new alternately (kernel_times, ROUNDS times) and the in-process table of each.
-#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [ROUNDS=2] [LENGTHS=128,512,2048] [INPROCESS=1] scripts/gpu_gdn_ab.sh
-# Writes $OUT/summary.txt, $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json and $OUT/logs.tar.xz (every
-# log). Each step has its own timeout, and a failed step does not stop the later ones.
+# builds both, then the steps named in STEPS, in this order:
+#   parity    benchmarks/gdn_parity.py old against new, byte for byte
+#   tests     tests/gpu/test_gdn.py on the new build (default path)
+#   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
+#   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 640 1024 4096 on the new build
+#   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
+#   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
+#   detail    the full Nsight sections of one prep and one walk launch of the new build at DETAIL_LENGTHS
+#   inprocess the in-process table of old and new
+#   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
+#   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
+#   [HTTP_ROUNDS=4] scripts/gpu_gdn_ab.sh
+# Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
+# $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
+# runs included). Each step has its own timeout, and a failed step does not stop the later ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-$PWD/gpu_gdn_ab_out}
@@ -13,6 +23,8 @@ W=$(mktemp -d)/gdn_ab
 mkdir -p "$W" "$FINAL"
 . scripts/device_env.sh "$W"
 ROUNDS=${ROUNDS:-2}
+STEPS=" ${STEPS:-parity tests split memcheck kt ncu detail inprocess} "
+step() { [[ $STEPS == *" $1 "* ]]; }
 LENGTHS=${LENGTHS:-128,512,2048}
 CKPT=${CKPT:-/tmp/bench4b}
 S=$FINAL/summary.txt
@@ -32,19 +44,28 @@ wait
 say "build new: $(tail -n1 "$W/build_new.log")"
 say "build old: $(tail -n1 "$W/build_old.log")"
 
-timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
-say "parity rc=$?: $(tail -n1 "$W/parity.log")"
-CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py >"$W/test_gdn.log" 2>&1
-say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
-CS1_GDN_SPLIT_OUT=1 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
-  >"$W/test_gdn_split.log" 2>&1
-say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
-SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
-  python3 scripts/sanitize_driver.py 640 1024 4096 >"$W/sanitizer.log" 2>&1
-say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
+if step parity; then
+  timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
+  say "parity rc=$?: $(tail -n1 "$W/parity.log")"
+fi
+if step tests; then
+  CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
+    >"$W/test_gdn.log" 2>&1
+  say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
+fi
+if step split; then
+  CS1_GDN_SPLIT_OUT=1 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
+    >"$W/test_gdn_split.log" 2>&1
+  say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
+fi
+if step memcheck; then
+  SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+    python3 scripts/sanitize_driver.py 640 1024 4096 >"$W/sanitizer.log" 2>&1
+  say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
+fi
 
-for i in $(seq 1 "$ROUNDS"); do
+step kt && for i in $(seq 1 "$ROUNDS"); do
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
     timeout 90 python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
@@ -53,7 +74,7 @@ for i in $(seq 1 "$ROUNDS"); do
   done
 done
 NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
-for arm in old new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
+step ncu && for arm in old new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
   lib=$NEW; [ $arm = old ] && lib=$OLD
   timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
@@ -74,13 +95,13 @@ for name, t in seen.items():
     print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
 PY
 done
-for L in ${DETAIL_LENGTHS:-128 2048}; do  # the full Nsight sections of one prep and one walk launch of the new build
+step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do  # the full Nsight sections of one prep and one walk launch of the new build
   timeout 120 "$NCU" --clock-control none -k regex:"gdn_(prep|walk)" --launch-count 2 --set full --import-source yes \
     --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
     >"$W/ncu-detail-$L.txt" 2>&1
   say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
 done
-if [ "${INPROCESS:-1}" = 1 ]; then
+if step inprocess; then
   [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
@@ -89,5 +110,16 @@ if [ "${INPROCESS:-1}" = 1 ]; then
     say "inprocess $arm rc=$?"
     grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
   done
+fi
+if step model; then
+  CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_model.py \
+    >"$W/test_model.log" 2>&1
+  say "test_model: $(tail -n1 "$W/test_model.log")"
+fi
+if step http; then
+  LIB_A=$OLD LIB_B=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http timeout "${HTTP_TIMEOUT:-300}" scripts/gpu_http_ab.sh \
+    >"$W/http.log" 2>&1
+  say "http rc=$?"
+  cp "$W/http/ab.txt" "$FINAL/ab.txt" 2>/dev/null && grep -E "^(p50|p95|mean|agreement|gate|server)" "$FINAL/ab.txt" | tee -a "$S"
 fi
 say done
