@@ -54,8 +54,7 @@ constexpr int kD = 128;        // d_k = d_v
 constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte rows; MMA fragments conflict-free)
 constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
 constexpr int kSlab = 32;      // value columns per walk block
-constexpr int kThreads = 256;      // walk / out blocks
-constexpr int kPrepThreads = 512;  // prep blocks: two threads per column of the substitution
+constexpr int kThreads = 256;  // prep / walk / out blocks
 constexpr float kNormEps = 1e-6f;
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
@@ -143,10 +142,9 @@ __global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int
 constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
 constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
 
-// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled; kN threads.
-template <int kN = kThreads>
+// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled.
 __device__ __forceinline__ void cp_rows_bf16(bf16 *dst, const bf16 *src, int64_t ld, int len) {
-    for (int e = threadIdx.x; e < kC * kD / 8; e += kN) {
+    for (int e = threadIdx.x; e < kC * kD / 8; e += kThreads) {
         const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
         const bool ok = i < len;
         cp_async16(dst + i * kLdKb + c8, ok ? src + int64_t(i) * ld + c8 : src, ok);
@@ -162,11 +160,10 @@ __device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *sr
     }
 }
 
-// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row, kN threads.
-template <int kN = kThreads>
+// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
 __device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float *out) {
     const int lane = threadIdx.x & 31;
-    for (int i = threadIdx.x >> 5; i < kC; i += kN / 32) {
+    for (int i = threadIdx.x >> 5; i < kC; i += kThreads / 32) {
         const uint2 raw = *reinterpret_cast<const uint2 *>(tile + i * kLdKb + 4 * lane);
         const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
         const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
@@ -212,7 +209,7 @@ constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
 static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
-__global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+__global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
                                                                    const float *__restrict__ beta, int n_seqs, int T,
                                                                    int H, int HK, unsigned char *__restrict__ ws,
@@ -221,7 +218,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf1
     const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
     {
         const int first = seq_start[0], end = seq_start[n_seqs];
-        for (int e = tid; e < kC * (kD / 4); e += kPrepThreads) {
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
             const int64_t row = int64_t(c) * kC + e / (kD / 4);
             if (row < T && (row < first || row >= end))
                 *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
@@ -235,8 +232,8 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf1
     extern __shared__ __align__(16) unsigned char smem_raw[];
     PrepSmem &sm = *reinterpret_cast<PrepSmem *>(smem_raw);
     const bf16 *rows = qkv + int64_t(ck.row0) * ld;
-    cp_rows_bf16<kPrepThreads>(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
-    cp_rows_bf16<kPrepThreads>(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
+    cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
     cp_async_commit();
     if (tid < kC) {
         const bool ok = tid < ck.len;
@@ -245,7 +242,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf1
     }
     cp_async_wait_all();
     __syncthreads();
-    row_inv_norms<kPrepThreads>(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
+    row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
     if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
         float lo = sm.gam[lane], hi = sm.gam[32 + lane];
 #pragma unroll
@@ -263,8 +260,8 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf1
         reinterpret_cast<float *>(ws + lay.rk)[slot * kC + tid] = sm.rk[tid];
         sm.cw[tid] = sm.beta[tid] * expf(sm.gam[tid]) * sm.rk[tid];
     }
-    if (warp < 8) {  // L = strictly lower (beta_i (k_i . k_j) / (|k_i| |k_j|) exp(Gam_i - Gam_j)); warp: rows
-                     // 16 (w % 4).., columns 32 (w / 4)..
+    {  // L = strictly lower (beta_i (k_i . k_j) / (|k_i| |k_j|) exp(Gam_i - Gam_j)); warp: rows 16 (w % 4)..,
+       // columns 32 (w / 4)..
         const int gq = lane >> 2, t = lane & 3, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
         float acc[4][4] = {};
         mma_rows_bf16_16x32(sm.K, sm.K, m0, n0, acc);
@@ -279,34 +276,28 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_prep_mma_kernel(const bf1
     }
     __syncthreads();
 
-    // Forward substitution: x_i = rhs_i - sum_{j<i} L_ij x_j for the 256 columns of U (warps 0..7, rhs beta v) and
-    // W (warps 8..15, rhs beta e^Gam k^ = cw k_raw), fully unrolled so x stays in registers. Four partial sums
-    // (j mod 4) cut the dependent FMA chain of row i from i to i / 4; lanes l and l ^ 16 share a column: the lower
-    // lane keeps the sums of j = 0, 1 (mod 4) and the right-hand side, the upper lane those of j = 2, 3, and one
-    // shuffle joins them as x_i = (acc0 + acc1) + (acc2 + acc3), the order one thread with all four used (IEEE
-    // addition commutes, so both lanes get the same bits). Each lane keeps and stores only the x_j it reads:
-    // y[2m + r] = x_{4m + 2 half + r}.
-    const int half = lane >> 4, col = (warp & 7) * 16 + (lane & 15);
-    const bool is_w = warp >= 8;
+    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
+    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers;
+    // four partial sums (j mod 4) cut the dependent FMA chain of row i from i to i / 4.
+    const int col = tid & (kD - 1);
+    const bool is_w = tid >= kD;
     const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
     const float *coef = is_w ? sm.cw : sm.beta;
     float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
-    float y[kC / 2];
+    float x[kC];
 #pragma unroll
     for (int i = 0; i < kC; ++i) {
-        float a = half == 0 ? coef[i] * bf2f(rhs[i * kLdKb]) : 0.0f, b = 0.0f;
+        float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int j = 0; j < i; j += 4) {  // 8-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
-            const float2 l = lds64(sm.L + i * kLdL + j + 2 * half);
-            if (j + 2 * half < i) a = fmaf(-l.x, y[j / 2], a);
-            if (j + 2 * half + 1 < i) b = fmaf(-l.y, y[j / 2 + 1], b);
+        for (int j = 0; j < i; j += 4) {  // 16-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
+            const float4 l = lds128(sm.L + i * kLdL + j);
+            acc[0] = fmaf(-l.x, x[j], acc[0]);
+            if (j + 1 < i) acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
+            if (j + 2 < i) acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
+            if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
         }
-        const float part = a + b;
-        const float xi = part + __shfl_xor_sync(0xffffffffu, part, 16);
-        if (((i >> 1) & 1) == half) {
-            y[(i >> 2) * 2 + (i & 1)] = xi;
-            dst[i * kD] = xi;
-        }
+        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        dst[i * kD] = x[i];
     }
 }
 
@@ -771,7 +762,7 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_CUDA(cudaGetLastError());
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-    gdn_prep_mma_kernel<<<chunk_grid, kPrepThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(T), int(H),
+    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(T), int(H),
                                                                    int(HK), ws, lay, out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
     if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do

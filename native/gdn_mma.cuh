@@ -56,14 +56,6 @@ __device__ __forceinline__ float4 lds128(const float *p) {
     return v;
 }
 
-// 8-byte shared load kept as one instruction
-__device__ __forceinline__ float2 lds64(const float *p) {
-    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    float2 v;
-    asm("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
-    return v;
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 

@@ -103,7 +103,6 @@ inline void land(const std::vector<Cp> &g) { for (auto &c : g) { if (c.valid) st
 }
 inline void cp_async16(void *s, const void *gsrc, bool valid) { emu::open_group.push_back({s, gsrc, valid}); }
 inline float4 lds128(const float *p) { return *reinterpret_cast<const float4 *>(p); }
-inline float2 lds64(const float *p) { return *reinterpret_cast<const float2 *>(p); }
 inline void cp_async_commit() { emu::groups.push_back(std::move(emu::open_group)); emu::open_group.clear(); }
 inline void cp_async_wait_all() {
     for (auto &g : emu::groups) emu::land(g);
