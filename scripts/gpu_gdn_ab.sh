@@ -86,11 +86,12 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
 k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
 unit = head.index("Metric Unit")
-to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+to_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 seen = collections.defaultdict(list)
 for r in rows:
     if r[m] == "gpu__time_duration.sum":
-        seen[r[k].split("(")[0].split("<")[0]].append(float(r[v].replace(",", "")) * to_us.get(r[unit], 1.0))
+        name = r[k].removeprefix("void ").replace("<unnamed>::", "").split("(")[0]  # e.g. gdn_walk_mma_kernel<2, 1>
+        seen[name].append(float(r[v].replace(",", "")) * to_us.get(r[unit], 1.0))
 for name, t in seen.items():
     print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
 PY
