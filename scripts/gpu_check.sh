@@ -2,7 +2,8 @@
 # The one GPU check (H200): build, ABI + kernel tests, compute-sanitizer memcheck of attention and GDN, whole-model
 # parity, and the HTTP contract suite on the CUDA backend.
 # Run from anywhere:  OUT=<log folder> scripts/gpu_check.sh   (default OUT: ./gpu_check_out)
-# Logs: $OUT/{env.txt,build.log,pytest_kernels.log,sanitizer.log,pytest_model.log,junit_*.xml,summary.txt}.
+# Logs: $OUT/{env.txt,build.log,pytest_kernels.log,pytest_gdn_split.log,sanitizer.log,pytest_model.log,junit_*.xml,
+# summary.txt}.
 # Budget: < 9 minutes in all (each step has its own time limit; the model tests get what is left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +77,8 @@ pytest_step() {  # name, time limit, pytest args...
 # ---- ABI + kernel tests (everything but the whole model)
 if [ $build_ok = 1 ]; then
   pytest_step kernels "$(limit 330 200)" tests/abi tests/gpu --ignore=tests/gpu/test_model.py
+  # the GDN tests again on the path of devices with less shared memory (separate out kernel at every length)
+  CS1_GDN_SPLIT_OUT=1 pytest_step gdn_split "$(limit 90 60)" tests/gpu/test_gdn.py
 fi
 
 # ---- compute-sanitizer memcheck: attention and GDN (and the other ops) at 640 / 1024 / 4096 rows
