@@ -2,9 +2,10 @@
 CUDA thread a std::thread, MMA fragments gathered per warp with the PTX layouts, cp.async landing only at its wait).
 No GPU: this checks the kernels' logic on every CI run, not their speed.
 
-Both output paths run on packed prompts with padding rows: the walk that writes O itself (what the H200 uses up to
-256 rows) and the walk + separate out kernel (longer calls, smaller devices). They must give the same bytes, and
-each must stay within 2e-2 x max|ref| of the float64 recurrence of tests/gpu/test_gdn.py with zero padding rows.
+Every form of the walk runs on packed prompts with padding rows: the walk that writes O itself (what the H200 uses
+up to 256 rows) and the walk + separate out kernel (longer calls, smaller devices), each with two chunk buffers or
+one. They must give the same bytes, and each must stay within 2e-2 x max|ref| of the float64 recurrence of
+tests/gpu/test_gdn.py with zero padding rows.
 Needs g++ and the CUDA headers (for the bf16 type); skipped, with the reason, where either is missing.
 """
 
@@ -15,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +37,19 @@ def emulator():
     shutil.rmtree(mod.WORK, ignore_errors=True)
 
 
-def test_walk_writing_o_equals_separate_out_kernel(emulator):
+# The four walk instantiations: with O or with the out kernel after it, two buffers (sm_80 and up) or one (the
+# smaller devices: on the H200 only the two-buffer forms run)
+WALKS = ["gdn_walk_mma_kernel<2, true>", "gdn_walk_mma_kernel<2, false>", "gdn_walk_mma_kernel<1, true>",
+         "gdn_walk_mma_kernel<1, false>"]
+
+
+def test_every_walk_form_gives_the_same_bytes(emulator):
     native = ROOT / "native"
-    fused = emulator.build(native, "gdn_walk_mma_kernel<2, true>", "emu_fused")
-    split = emulator.build(native, "gdn_walk_mma_kernel<2, false>", "emu_split")
-    # three prompts (one row, one exact chunk, one chunk and a row) packed, then 7 padding rows; case() asserts the
-    # float64 tolerance, the zero padding rows and, given a second build, byte equality with it
-    out = emulator.case((fused, split), [1, 64, 65], 2, 1, pad=7)
-    assert out.shape == (137, 2, 128)
+    exes = [emulator.build(native, walk, f"emu{i}") for i, walk in enumerate(WALKS)]
+    # three prompts (one row, one exact chunk, three chunks less 62 rows) packed, then 7 padding rows; case()
+    # asserts the float64 tolerance and the zero padding rows for each form
+    first = emulator.case((exes[0], None), [1, 64, 130], 2, 1, pad=7)
+    assert first.shape == (202, 2, 128)
+    for walk, exe in zip(WALKS[1:], exes[1:], strict=True):
+        out = emulator.case((exe, None), [1, 64, 130], 2, 1, pad=7)
+        assert np.array_equal(out, first), f"{walk} differs from {WALKS[0]}"
