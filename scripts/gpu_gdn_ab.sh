@@ -96,7 +96,8 @@ for name, t in seen.items():
     print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
 PY
 done
-step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do  # the full Nsight sections of one prep and one walk launch of the new build
+# the full Nsight sections of one prep and one walk launch of the new build
+step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do
   timeout 120 "$NCU" --clock-control none -k regex:"gdn_(prep|walk)" --launch-count 2 --set full --import-source yes \
     --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
     >"$W/ncu-detail-$L.txt" 2>&1

@@ -46,8 +46,8 @@ WALKS = ["gdn_walk_mma_kernel<2, true>", "gdn_walk_mma_kernel<2, false>", "gdn_w
 def test_every_walk_form_gives_the_same_bytes(emulator):
     native = ROOT / "native"
     exes = [emulator.build(native, walk, f"emu{i}") for i, walk in enumerate(WALKS)]
-    # three prompts (one row, one exact chunk, three chunks less 62 rows) packed, then 7 padding rows; case()
-    # asserts the float64 tolerance and the zero padding rows for each form
+    # three prompts (one row, one exact chunk, two chunks and two rows) packed, then 7 padding rows; case() asserts
+    # the float64 tolerance and the zero padding rows for each form
     first = emulator.case((exes[0], None), [1, 64, 130], 2, 1, pad=7)
     assert first.shape == (202, 2, 128)
     for walk, exe in zip(WALKS[1:], exes[1:], strict=True):
