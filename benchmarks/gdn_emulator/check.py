@@ -57,7 +57,6 @@ def build(native: Path, walk: str | None, name: str) -> Path:
                         "unsigned char *smem_raw = (unsigned char *)smem;")
     if walk_out:
         body = f"#define GDN_WALK_OUT {1 if walk.replace(' ', '').endswith(',true>') else 0}\n" + body
-    body = f"#define GDN_PREP_THREADS {'kPrepThreads' if 'kPrepThreads' in src else 'kThreads'}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
                (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
 #ifdef GDN_WALK_OUT  // prep zeroes the padding rows; the walk writes O itself when GDN_WALK_OUT is 1
-    emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(GDN_PREP_THREADS), (const bf16 *)x, ld, (const float *)g,
+    emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
                (const float *)beta, int(n), int(T), int(H), int(HK), ws, lay, o);
     if (n > 0)
         emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), scale, ws, lay,
