@@ -20,10 +20,12 @@
 
 #include "attention_policy.h"
 #include "cs1.h"
+#include "smem_async.cuh"
 
 namespace {
 
 namespace policy = cs1_attention_policy;
+using namespace cs1_async;
 
 constexpr int kHeadDim = policy::kHeadDim;
 constexpr int kKeyTile = policy::kKeyTileRows;
@@ -48,31 +50,6 @@ struct AttnParams {
 };
 
 // ---- small device helpers (local: this file must link next to the other native/*.cu) ---------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; src_bytes 0 fills the destination with zeros (rows past the prompt end)
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -479,18 +456,6 @@ __device__ __forceinline__ void wg_load_tile(uint32_t s, const uint16_t *g, int6
         cp_async_16(dst, ok ? g + r * ld + ch * 8 : g, ok);
     }
 }
-
-// shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
-    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead_bytes >> 4) << 16) |
-           (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// generic-proxy writes (cp.async) made visible to the async proxy that wgmma reads shared memory through
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 #define CS1_WG_D32                                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \

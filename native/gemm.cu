@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "gemm_stream.h"
 
 namespace {
 
@@ -55,7 +56,11 @@ struct Gemm {
     int32_t tune_repeats = 0;
     void *flush = nullptr;        // tuning only: overwritten before each timed call so weights come from HBM
     size_t flush_bytes = 0;
+    stream_gemm::Workspace stream;  // split-K fix-up of the weight-streaming kernel (sm_90a devices only)
 };
+
+// Split-K partial sums of cs1_gemm_stream: [splits][M][N] fp32; 24 MiB holds 8 splits of 2560 columns at M = 256.
+constexpr size_t kStreamPartialBytes = 24u << 20;
 
 // Everything a new plan may need for timing: the caller's operands and stream.
 struct Operands {
@@ -253,7 +258,18 @@ extern "C" int cs1_gemm_create(size_t workspace_bytes, void **gemm) {
         if (e != cudaSuccess) st = cs1_fail(e);
         else g->workspace_bytes = workspace_bytes;
     }
+    if (!st && stream_gemm::available(nullptr)) {
+        cudaError_t e = cudaMalloc(&g->stream.partial, kStreamPartialBytes);
+        if (e == cudaSuccess) {
+            g->stream.partial_bytes = kStreamPartialBytes;
+            e = cudaMalloc(&g->stream.counters, stream_gemm::kCounters * sizeof(int32_t));
+        }
+        if (e == cudaSuccess) e = cudaMemset(g->stream.counters, 0, stream_gemm::kCounters * sizeof(int32_t));
+        if (e != cudaSuccess) st = cs1_fail(e);
+    }
     if (st) {
+        for (void *p : {g->workspace, static_cast<void *>(g->stream.partial), static_cast<void *>(g->stream.counters)})
+            if (p) cudaFree(p);
         if (g->handle) cublasLtDestroy(g->handle);
         delete g;
         (void)cudaGetLastError();
@@ -268,7 +284,8 @@ extern "C" int cs1_gemm_destroy(void *gemm) {
     Gemm *g = static_cast<Gemm *>(gemm);
     for (auto &kv : g->plans) destroy_plan(kv.second);
     int st = 0;
-    for (void *p : {g->workspace, g->flush}) {
+    for (void *p : {g->workspace, g->flush, static_cast<void *>(g->stream.partial),
+                    static_cast<void *>(g->stream.counters)}) {
         if (!p) continue;
         cudaError_t e = cudaFree(p);
         if (e != cudaSuccess && !st) st = cs1_fail(e);
@@ -341,4 +358,22 @@ extern "C" int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, v
     CS1_BLAS(cublasLtMatmul(g->handle, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.d, y, plan.d, &plan.algo,
                             g->workspace, g->workspace_bytes, cs1_stream(stream)));
     CS1_LAUNCHED();
+}
+
+extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy,
+                               int64_t M, int64_t N, int64_t K, int32_t block_n, int32_t splits, void *stream) {
+    CS1_REQUIRE_SHAPE(M >= 0 && N >= 0 && K >= 0);
+    CS1_REQUIRE_SHAPE(stream_gemm::block_n_supported(block_n) && splits >= 1 &&
+                      splits <= stream_gemm::kMaxSplits);
+    if (M == 0 || N == 0) return 0;
+    CS1_REQUIRE(gemm && x && w && y, CS1_ERR_NULL);
+    CS1_REQUIRE_SHAPE(K > 0 && ldx >= K && ldy >= N && M <= stream_gemm::kMaxRows && N <= INT32_MAX &&
+                      K <= INT32_MAX);
+    CS1_REQUIRE(K % 8 == 0 && N % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(x, 16);
+    CS1_REQUIRE_ALIGNED(w, 16);
+    CS1_REQUIRE_ALIGNED(y, 16);
+    Gemm *g = static_cast<Gemm *>(gemm);
+    if (!g->stream.partial) return CS1_ERR_UNSUPPORTED;
+    return stream_gemm::launch(g->stream, x, ldx, w, y, ldy, M, N, K, block_n, splits, cs1_stream(stream));
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One H200 call for the weight-streaming GEMM (native/gemm_stream.cu): build, then the steps named in STEPS:
+#   tests     tests/gpu/test_gemm_stream.py (and test_gemm.py + the attention tests: shared helpers moved)
+#   memcheck  compute-sanitizer memcheck of the stream tests' split-K and strided cases
+#   bench     benchmarks/gemm_stream.py at ROWS (every configuration against cuBLASLt, CUDA graphs)
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck bench"] [ROWS=128,160,256] [SHAPES=] \
+#   scripts/gpu_gemm_stream.sh
+# Writes $OUT/summary.txt, $OUT/gemm_stream.json and $OUT/logs.tar.xz. Each step has its own timeout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-$PWD/gpu_gemm_stream_out}
+W=$(mktemp -d)/gemm_stream
+mkdir -p "$W" "$FINAL"
+. scripts/device_env.sh "$W"
+STEPS=" ${STEPS:-tests memcheck bench} "
+step() { [[ $STEPS == *" $1 "* ]]; }
+S=$FINAL/summary.txt
+T0=$SECONDS
+say() { printf '%4ss  %s\n' $((SECONDS - T0)) "$*" | tee -a "$S"; }
+finish() { tar cJf "$FINAL/logs.tar.xz" -C "$W/.." gemm_stream; }
+trap finish EXIT
+{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
+  --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
+cat "$W/env.txt" >>"$S"
+NVCC_EXTRA="-Xptxas -v" ./build.sh target 90 >"$W/build.log" 2>&1
+say "build: $(tail -n1 "$W/build.log")"
+
+PYTEST="python3 -m pytest -q -rs -p no:cacheprovider"
+if step tests; then
+  timeout 240 $PYTEST -s tests/gpu/test_gemm_stream.py >"$W/test_gemm_stream.log" 2>&1
+  say "test_gemm_stream: $(tail -n1 "$W/test_gemm_stream.log")"
+  grep -h "rel error" "$W/test_gemm_stream.log" | awk '{for(i=1;i<=NF;i++) if($i=="error") print $(i+1)}' \
+    | sort -g | tail -n1 | sed 's/^/  max rel error: /' | tee -a "$S"
+  timeout 150 $PYTEST tests/gpu/test_attention.py tests/gpu/test_gemm.py -k "not tuned and not tuning" \
+    >"$W/test_attention_gemm.log" 2>&1
+  say "test_attention + test_gemm: $(tail -n1 "$W/test_attention_gemm.log")"
+fi
+if step memcheck; then
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $PYTEST tests/gpu/test_gemm_stream.py \
+    -k "deterministic or strided or awkward_shapes and 65" >"$W/memcheck.log" 2>&1
+  say "memcheck rc=$?: $(grep -h "ERROR SUMMARY" "$W/memcheck.log" | tail -n1) $(tail -n1 "$W/memcheck.log")"
+fi
+if step bench; then
+  timeout 300 python3 benchmarks/gemm_stream.py --rows "${ROWS:-128,160,256}" --shapes "${SHAPES:-}" \
+    --output "$FINAL/gemm_stream.json" >"$W/bench.log" 2>&1
+  say "bench rc=$?"
+  cat "$W/bench.log" >>"$S"
+fi
