@@ -6,7 +6,8 @@
 // contiguous range of K.
 // - Shared memory: a ring of stages, each one K block of 64 (128 bytes of bf16 per row, 128-byte swizzle: 16-byte
 //   chunk c of row r at chunk c ^ (r % 8)): x rows [64 * NWG] then w rows [BN]. cp.async fills it, kStages - 2
-//   K blocks ahead.
+//   K blocks ahead. Each column tile starts its K range at its own block (rotated), so the tiles do not all read
+//   the same x lines at the same moment.
 // - Warpgroup g (128 threads) owns rows [64 g, 64 g + 64) and runs wgmma m64nBNk16 with both operands K-major in
 //   shared memory; its fp32 accumulators stay in registers for the whole K range.
 // - One barrier per K block: before it every thread waited for its copies of this block and for its warpgroup's
@@ -140,6 +141,10 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_stream_kernel(const StreamP
     const int split = blockIdx.y;
     const int kb0 = static_cast<int>(static_cast<int64_t>(split) * p.kblocks / p.splits);
     const int nk = static_cast<int>(static_cast<int64_t>(split + 1) * p.kblocks / p.splits) - kb0;
+    // Each column tile walks its K range from its own starting block: all tiles read the same x, and in lockstep
+    // every SM would request the same few x lines from one L2 slice at once.
+    const int rot = nk > 0 ? static_cast<int>(blockIdx.x % nk) : 0;
+    auto kblock = [&](int j) { return kb0 + (j + rot < nk ? j + rot : j + rot - nk); };
 
     // K block kb into stage `stage`; rows past M or N and columns past K are zeros
     auto load_stage = [&](int stage, int kb) {
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_stream_kernel(const StreamP
 
 #pragma unroll 1
     for (int s = 0; s < kStages - 2; ++s) {
-        if (s < nk) load_stage(s, kb0 + s);
+        if (s < nk) load_stage(s, kblock(s));
         cp_async_commit();  // empty groups keep the count uniform
     }
     float acc[BN / 2];
@@ -175,7 +180,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_stream_kernel(const StreamP
         fence_async_shared();
         __syncthreads();  // ... everyone's; and every warpgroup's MMAs of block i - 2 are done
         const int ahead = i + kStages - 2;
-        if (ahead < nk) load_stage(ahead % kStages, kb0 + ahead);
+        if (ahead < nk) load_stage(ahead % kStages, kblock(ahead));
         cp_async_commit();
         const uint32_t stage = base + (i % kStages) * kStageBytes;
         const uint32_t sx = stage + wg * (kGroupRows * 128), sw = stage + kXBytes;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call for the weight-streaming GEMM (native/gemm_stream.cu): build, then the steps named in STEPS:
-#   tests     tests/gpu/test_gemm_stream.py (and test_gemm.py + the attention tests: shared helpers moved)
+#   tests     tests/gpu/test_gemm_stream.py
+#   others    tests/gpu/test_gemm.py (untuned) and test_attention.py (the cp.async/wgmma helpers they share)
 #   memcheck  compute-sanitizer memcheck of the stream tests' split-K and strided cases
 #   bench     benchmarks/gemm_stream.py at ROWS (every configuration against cuBLASLt, CUDA graphs)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck bench"] [ROWS=128,160,256] [SHAPES=] \
@@ -12,7 +13,7 @@ FINAL=${OUT:-$PWD/gpu_gemm_stream_out}
 W=$(mktemp -d)/gemm_stream
 mkdir -p "$W" "$FINAL"
 . scripts/device_env.sh "$W"
-STEPS=" ${STEPS:-tests memcheck bench} "
+STEPS=" ${STEPS:-tests others memcheck bench} "
 step() { [[ $STEPS == *" $1 "* ]]; }
 S=$FINAL/summary.txt
 T0=$SECONDS
@@ -31,6 +32,8 @@ if step tests; then
   say "test_gemm_stream: $(tail -n1 "$W/test_gemm_stream.log")"
   grep -h "rel error" "$W/test_gemm_stream.log" | awk '{for(i=1;i<=NF;i++) if($i=="error") print $(i+1)}' \
     | sort -g | tail -n1 | sed 's/^/  max rel error: /' | tee -a "$S"
+fi
+if step others; then
   timeout 150 $PYTEST tests/gpu/test_attention.py tests/gpu/test_gemm.py -k "not tuned and not tuning" \
     >"$W/test_attention_gemm.log" 2>&1
   say "test_attention + test_gemm: $(tail -n1 "$W/test_attention_gemm.log")"
