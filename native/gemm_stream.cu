@@ -144,52 +144,92 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_stream_kernel(const StreamP
     // Each column tile walks its K range from its own starting block: all tiles read the same x, and in lockstep
     // every SM would request the same few x lines from one L2 slice at once.
     const int rot = nk > 0 ? static_cast<int>(blockIdx.x % nk) : 0;
-    auto kblock = [&](int j) { return kb0 + (j + rot < nk ? j + rot : j + rot - nk); };
 
-    // K block kb into stage `stage`; rows past M or N and columns past K are zeros
-    auto load_stage = [&](int stage, int kb) {
-        const uint32_t sx = base + stage * kStageBytes, sw = sx + kXBytes;
-        const int k0 = kb * kBlockK;
+    // Each thread's copies are fixed for the whole walk (the address arithmetic is the loop's main cost, so it is
+    // hoisted): thread t copies 16-byte chunk c = t % 8 of rows t / 8 + j * kRowStep. kRowStep is a multiple of 8,
+    // so the swizzled chunk position is the same for every j.
+    constexpr int kRowStep = kThreads / 8;
+    constexpr int kXCopies = NWG * kGroupRows / kRowStep;
+    constexpr int kWCopies = (BN + kRowStep - 1) / kRowStep;
+    const int r0 = tid >> 3, c = tid & 7;
+    const uint32_t chunk = r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const uint16_t *xsrc[kXCopies];
+    const uint16_t *wsrc[kWCopies];
+    uint32_t xvalid = 0, wvalid = 0, winside = 0;  // bit j: copy j reads a real row / lands inside the w tile
 #pragma unroll
-        for (int i = tid; i < NWG * kGroupRows * 8; i += kThreads) {
-            const int r = i >> 3, c = i & 7;
-            const bool ok = r < p.M && k0 + c * 8 < p.K;
-            cp_async_16(sx + r * 128 + ((c ^ (r & 7)) << 4), ok ? p.x + r * p.ldx + k0 + c * 8 : p.x, ok);
+    for (int j = 0; j < kXCopies; ++j) {
+        const int r = r0 + j * kRowStep;
+        xvalid |= (r < p.M ? 1u : 0u) << j;
+        xsrc[j] = r < p.M ? p.x + r * p.ldx + c * 8 : p.x;
+    }
+#pragma unroll
+    for (int j = 0; j < kWCopies; ++j) {
+        const int r = r0 + j * kRowStep;
+        winside |= (r < BN ? 1u : 0u) << j;
+        wvalid |= (r < BN && n0 + r < p.N ? 1u : 0u) << j;
+        wsrc[j] = r < BN && n0 + r < p.N ? p.w + static_cast<int64_t>(n0 + r) * p.K + c * 8 : p.w;
+    }
+    const bool k_whole = p.K % kBlockK == 0;
+
+    // K block kb into the stage at shared address sx; rows past M or N and columns past K are zeros
+    auto load_stage = [&](uint32_t sx, int kb) {
+        const int k0 = kb * kBlockK;
+        const bool kin = k_whole || k0 + c * 8 < p.K;
+#pragma unroll
+        for (int j = 0; j < kXCopies; ++j) {
+            const bool ok = kin && ((xvalid >> j) & 1u);
+            cp_async_16(sx + chunk + j * kRowStep * 128, ok ? xsrc[j] + k0 : p.x, ok);
         }
 #pragma unroll
-        for (int i = tid; i < BN * 8; i += kThreads) {
-            const int r = i >> 3, c = i & 7;
-            const bool ok = n0 + r < p.N && k0 + c * 8 < p.K;
-            cp_async_16(sw + r * 128 + ((c ^ (r & 7)) << 4),
-                        ok ? p.w + static_cast<int64_t>(n0 + r) * p.K + k0 + c * 8 : p.w, ok);
+        for (int j = 0; j < kWCopies; ++j) {
+            if (!((winside >> j) & 1u)) continue;
+            const bool ok = kin && ((wvalid >> j) & 1u);
+            cp_async_16(sx + kXBytes + chunk + j * kRowStep * 128, ok ? wsrc[j] + k0 : p.w, ok);
         }
     };
 
+    // ring positions as running offsets (no divisions in the loop)
+    constexpr uint32_t kRingBytes = kStages * kStageBytes;
+    uint32_t fill_off = 0;   // stage the next load goes to
+    int fill_kb = kb0 + rot;  // K block of the next load
+    auto advance_fill = [&]() {
+        fill_off = fill_off + kStageBytes == kRingBytes ? 0 : fill_off + kStageBytes;
+        fill_kb = fill_kb + 1 == kb0 + nk ? kb0 : fill_kb + 1;
+    };
 #pragma unroll 1
     for (int s = 0; s < kStages - 2; ++s) {
-        if (s < nk) load_stage(s, kblock(s));
+        if (s < nk) {
+            load_stage(base + fill_off, fill_kb);
+            advance_fill();
+        }
         cp_async_commit();  // empty groups keep the count uniform
     }
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     const int wg = tid >> 7;
+    // descriptors of stage 0 (this warpgroup's x rows, the w tile); a stage and a 16-column step add their byte
+    // offsets / 16 to the address field
+    const uint64_t desc_x = wg_desc(base + wg * (kGroupRows * 128), 16, 1024);
+    const uint64_t desc_w = wg_desc(base + kXBytes, 16, 1024);
+    uint32_t read_off = 0;
 #pragma unroll 1
     for (int i = 0; i < nk; ++i) {
         cp_async_wait<kStages - 3>();  // this thread's copies of block i have landed
         fence_async_shared();
         __syncthreads();  // ... everyone's; and every warpgroup's MMAs of block i - 2 are done
-        const int ahead = i + kStages - 2;
-        if (ahead < nk) load_stage(ahead % kStages, kblock(ahead));
+        if (i + kStages - 2 < nk) {
+            load_stage(base + fill_off, fill_kb);
+            advance_fill();
+        }
         cp_async_commit();
-        const uint32_t stage = base + (i % kStages) * kStageBytes;
-        const uint32_t sx = stage + wg * (kGroupRows * 128), sw = stage + kXBytes;
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 16; ++kk)
-            WgMma<BN>::ss(acc, wg_desc(sx + kk * 32, 16, 1024), wg_desc(sw + kk * 32, 16, 1024));
+            WgMma<BN>::ss(acc, desc_x + ((read_off + kk * 32) >> 4), desc_w + ((read_off + kk * 32) >> 4));
         wg_commit();
         wg_wait<1>();  // block i - 1 done: its stage is free after the next barrier
+        read_off = read_off + kStageBytes == kRingBytes ? 0 : read_off + kStageBytes;
     }
     wg_wait<0>();
 

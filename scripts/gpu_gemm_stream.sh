@@ -3,6 +3,8 @@
 #   tests     tests/gpu/test_gemm_stream.py
 #   others    tests/gpu/test_gemm.py (untuned) and test_attention.py (the cp.async/wgmma helpers they share)
 #   memcheck  compute-sanitizer memcheck of the stream tests' split-K and strided cases
+#   ncu       Nsight Compute (full set, source view) of the second stream call and one cuBLASLt call per NCU_CASES
+#             entry ("M N K BLOCK_N SPLITS", ';'-separated)
 #   bench     benchmarks/gemm_stream.py at ROWS (every configuration against cuBLASLt, CUDA graphs)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck bench"] [ROWS=128,160,256] [SHAPES=] \
 #   scripts/gpu_gemm_stream.sh
@@ -23,7 +25,7 @@ trap finish EXIT
 { date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
-NVCC_EXTRA="-Xptxas -v" ./build.sh target 90 >"$W/build.log" 2>&1
+NVCC_EXTRA="-Xptxas -v -lineinfo" ./build.sh target 90 >"$W/build.log" 2>&1
 say "build: $(tail -n1 "$W/build.log")"
 
 PYTEST="python3 -m pytest -q -rs -p no:cacheprovider"
@@ -42,6 +44,19 @@ if step memcheck; then
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $PYTEST tests/gpu/test_gemm_stream.py \
     -k "deterministic or strided or awkward_shapes and 65" >"$W/memcheck.log" 2>&1
   say "memcheck rc=$?: $(grep -h "ERROR SUMMARY" "$W/memcheck.log" | tail -n1) $(tail -n1 "$W/memcheck.log")"
+fi
+if step ncu; then
+  IFS=';' read -ra cases <<<"${NCU_CASES:-128 12352 2560 96 1;128 2560 4096 80 4}"
+  i=0
+  for c in "${cases[@]}"; do
+    i=$((i + 1))
+    timeout 150 ncu --clock-control none --set full --import-source yes -k regex:'gemm_stream|nvjet' \
+      --launch-skip 1 --launch-count 2 -o "$W/ncu$i" python3 benchmarks/gemm_stream_once.py $c >"$W/ncu$i.log" 2>&1
+    ncu -i "$W/ncu$i.ncu-rep" --page details >"$FINAL/ncu$i.txt" 2>&1
+    ncu -i "$W/ncu$i.ncu-rep" --page source --csv --print-source sass -k regex:gemm_stream \
+      >"$W/ncu${i}_source.csv" 2>&1
+    say "ncu case $i ($c): $(grep -h 'Duration' "$FINAL/ncu$i.txt" | tr -s ' ' | tr '\n' ';')"
+  done
 fi
 if step bench; then
   timeout 300 python3 benchmarks/gemm_stream.py --rows "${ROWS:-128,160,256}" --shapes "${SHAPES:-}" \
