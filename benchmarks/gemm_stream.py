@@ -3,7 +3,7 @@
     python benchmarks/gemm_stream.py [--library target/libqwen3_5_cuda.so] [--rows 128,160] [--output FILE.json]
 
 Per (shape, M): cuBLASLt's default plan and every stream configuration (block_n, splits) whose grid is between
-half a wave and two waves of the device's SMs. Each variant is one CUDA graph of `--calls` back-to-back calls whose
+half a wave and one wave of the device's SMs. Each variant is one CUDA graph of `--calls` back-to-back calls whose
 weight pointer rotates over a pool of copies of at least 256 MiB (weights stream from HBM, as in a forward pass);
 host clock around launch + sync, per call = trial / calls; trials alternate over the variants; the median is
 reported with the weight bandwidth it implies. Before timing, every stream variant's output is compared with
@@ -28,21 +28,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.gemm_shapes import POOL_BYTES, SHAPES, Bench, random_bf16  # noqa: E402
 
 BLOCK_NS = [64, 80, 96, 128, 144]
+CLUSTERS = [1, 2]
 MAX_SPLITS = 16
 PARTIAL_BYTES = 24 << 20
 AGREE = 2e-2
 
 
-def configs(M: int, N: int, K: int, sms: int) -> list[tuple[int, int]]:
+def configs(M: int, N: int, K: int, sms: int) -> list[tuple[int, int, int]]:
+    """(block_n, splits, cluster) whose grid is between half a wave and one wave (+3 %) of the SMs."""
     out = []
     for bn in BLOCK_NS:
-        tiles = -(-N // bn)
-        for s in range(1, MAX_SPLITS + 1):
-            ctas = tiles * s
-            if ctas > 2 * sms or s > -(-K // 64) or (s > 1 and s * M * N * 4 > PARTIAL_BYTES):
-                break
-            if ctas >= sms // 2:
-                out.append((bn, s))
+        if M > 192 and bn > 96:
+            continue  # not compiled: registers
+        for c in CLUSTERS:
+            tiles = -(-N // bn)
+            tiles = -(-tiles // c) * c  # whole clusters
+            for s in range(1, MAX_SPLITS + 1):
+                ctas = tiles * s
+                if ctas > 1.03 * sms or s > -(-K // 64) or (s > 1 and s * M * N * 4 > PARTIAL_BYTES):
+                    break
+                if ctas >= sms // 2:
+                    out.append((bn, s, c))
     return out
 
 
@@ -91,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             if variant == "cublas":
                 lib.cs1_gemm(handle, _x, _K, wptr, _y, _N, M, _N, _K, bench.stream)
             else:
-                bn, s = variant
-                lib.cs1_gemm_stream(handle, _x, _K, wptr, _y, _N, M, _N, _K, bn, s, bench.stream)
+                bn, s, c = variant
+                lib.cs1_gemm_stream(handle, _x, _K, wptr, _y, _N, M, _N, _K, bn, s, c, bench.stream)
 
         def output(variant, M, _N=N, _y=y, _w=pool[0]):
             lib.cs1_memset_async(_y, 0xFF, M * _N * 2, bench.stream)
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranked = sorted(variants, key=lambda v: statistics.median(times[v]))
                 for v in ranked:
                     us = statistics.median(times[v])
-                    label = "cublas" if v == "cublas" else f"bn{v[0]} s{v[1]}"
+                    label = "cublas" if v == "cublas" else f"bn{v[0]} s{v[1]} c{v[2]}"
                     r = rel.get(v)
                     bad = r is not None and not r <= AGREE
                     wrong += bad

@@ -180,14 +180,17 @@ int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int
 int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
 /* a plan's winning heuristic rank (0 = first) and median us (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
 int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index, float *tuned_us);
-/* The weight-streaming kernel (gemm_stream.cu: Hopper wgmma, every block holds all M rows) with an explicit
- * configuration: block_n output columns per block (64, 80, 96, 128 or 144) and the K range split `splits` ways
+/* The weight-streaming kernel (gemm_stream.cu: Hopper TMA + wgmma, every block holds all M rows) with an explicit
+ * configuration: block_n output columns per block (64, 80, 96, 128 or 144), the K range split `splits` ways
  * (1..16; splits > 1 adds fp32 partials from the handle's workspace in a fixed order, so results are deterministic;
- * splits <= ceil(K / 64) and splits * M * N * 4 bytes <= 24 MiB). M <= 256, N and K multiples of 8, the rest as
- * cs1_gemm. CS1_ERR_UNSUPPORTED unless the library holds the sm_90a kernels and the device is compute capability 9.0.
- * Calls on one handle must not run concurrently (they share the split-K workspace). */
+ * splits <= ceil(K / 64) and splits * M * N * 4 bytes <= 24 MiB), and clusters of `cluster` column tiles (1 or 2)
+ * that share each x load (TMA multicast). M <= 256 (<= 192 for block_n 128 and 144: registers), N and K
+ * multiples of 8, the rest as cs1_gemm.
+ * CS1_ERR_UNSUPPORTED unless the library holds the sm_90a kernels and the device is compute capability 9.0.
+ * Calls on one handle must not run concurrently (they share the split-K workspace). Not used by the forward pass
+ * yet: benchmarks/LEVERS.md, lever 26. */
 int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
-                    int64_t N, int64_t K, int32_t block_n, int32_t splits, void *stream);
+                    int64_t N, int64_t K, int32_t block_n, int32_t splits, int32_t cluster, void *stream);
 
 /* ---- letter read-out ----------------------------------------------------------------------------------- */
 /* For each prompt r: row t = last_rows[r] (not bounds-checked: the caller passes rows < T);

@@ -361,10 +361,11 @@ extern "C" int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, v
 }
 
 extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy,
-                               int64_t M, int64_t N, int64_t K, int32_t block_n, int32_t splits, void *stream) {
+                               int64_t M, int64_t N, int64_t K, int32_t block_n, int32_t splits, int32_t cluster,
+                               void *stream) {
     CS1_REQUIRE_SHAPE(M >= 0 && N >= 0 && K >= 0);
-    CS1_REQUIRE_SHAPE(stream_gemm::block_n_supported(block_n) && splits >= 1 &&
-                      splits <= stream_gemm::kMaxSplits);
+    CS1_REQUIRE_SHAPE(stream_gemm::block_n_supported(block_n) && stream_gemm::cluster_supported(cluster) &&
+                      splits >= 1 && splits <= stream_gemm::kMaxSplits);
     if (M == 0 || N == 0) return 0;
     CS1_REQUIRE(gemm && x && w && y, CS1_ERR_NULL);
     CS1_REQUIRE_SHAPE(K > 0 && ldx >= K && ldy >= N && M <= stream_gemm::kMaxRows && N <= INT32_MAX &&
@@ -375,5 +376,6 @@ extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const voi
     CS1_REQUIRE_ALIGNED(y, 16);
     Gemm *g = static_cast<Gemm *>(gemm);
     if (!g->stream.partial) return CS1_ERR_UNSUPPORTED;
-    return stream_gemm::launch(g->stream, x, ldx, w, y, ldy, M, N, K, block_n, splits, cs1_stream(stream));
+    return stream_gemm::launch(g->stream, x, ldx, w, y, ldy, M, N, K, block_n, splits, cluster,
+                               cs1_stream(stream));
 }

@@ -25,11 +25,12 @@ struct Workspace {
 // *sms receives its multiprocessor count. Cached per device.
 bool available(int *sms);
 
-// Whether block_n is one of the compiled column-tile widths.
+// Whether block_n is one of the compiled column-tile widths / cluster one of the compiled cluster sizes.
 bool block_n_supported(int block_n);
+bool cluster_supported(int cluster);
 
 // The launch; arguments already checked by the caller except the ones listed in gemm.cu's cs1_gemm_stream.
 int launch(const Workspace &ws, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
-           int64_t N, int64_t K, int block_n, int splits, cudaStream_t stream);
+           int64_t N, int64_t K, int block_n, int splits, int cluster, cudaStream_t stream);
 
 }  // namespace stream_gemm

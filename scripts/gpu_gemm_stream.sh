@@ -4,7 +4,7 @@
 #   others    tests/gpu/test_gemm.py (untuned) and test_attention.py (the cp.async/wgmma helpers they share)
 #   memcheck  compute-sanitizer memcheck of the stream tests' split-K and strided cases
 #   ncu       Nsight Compute (full set, source view) of the second stream call and one cuBLASLt call per NCU_CASES
-#             entry ("M N K BLOCK_N SPLITS", ';'-separated)
+#             entry ("M N K BLOCK_N SPLITS CLUSTER", ';'-separated)
 #   bench     benchmarks/gemm_stream.py at ROWS (every configuration against cuBLASLt, CUDA graphs)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck bench"] [ROWS=128,160,256] [SHAPES=] \
 #   scripts/gpu_gemm_stream.sh
@@ -46,7 +46,7 @@ if step memcheck; then
   say "memcheck rc=$?: $(grep -h "ERROR SUMMARY" "$W/memcheck.log" | tail -n1) $(tail -n1 "$W/memcheck.log")"
 fi
 if step ncu; then
-  IFS=';' read -ra cases <<<"${NCU_CASES:-128 12352 2560 96 1;128 2560 4096 80 4}"
+  IFS=';' read -ra cases <<<"${NCU_CASES:-128 12352 2560 96 1 2;128 2560 4096 80 4 2}"
   i=0
   for c in "${cases[@]}"; do
     i=$((i + 1))

@@ -19,6 +19,12 @@ from startlux_native import bf16
 TOL = 1e-2
 UNSUPPORTED = 2004
 BLOCK_NS = [64, 80, 96, 128, 144]
+CLUSTERS = [1, 2]
+
+
+def block_ns(M):
+    """The column widths compiled for M rows (128 and 144 need M <= 192: registers)."""
+    return [b for b in BLOCK_NS if M <= 192 or b <= 96]
 # (N, K) of the 4B: GDN in, attention in, MLP gate|up, GDN out / o_proj, down
 SHAPES = [(12352, 2560), (10240, 2560), (18432, 2560), (2560, 4096), (2560, 9216)]
 ROWS = [1, 63, 64, 65, 160, 256]
@@ -37,7 +43,7 @@ def gemm(gpu):
     h = gpu.ffi.new("void **")
     gpu.lib.cs1_gemm_create(32 << 20, h)
     probe = gpu.empty(1 << 16)
-    status = gpu.lib.raw.cs1_gemm_stream(h[0], probe.ptr, 64, probe.ptr, probe.ptr, 64, 1, 64, 64, 64, 1,
+    status = gpu.lib.raw.cs1_gemm_stream(h[0], probe.ptr, 64, probe.ptr, probe.ptr, 64, 1, 64, 64, 64, 1, 1,
                                          gpu.stream)
     if status == UNSUPPORTED:
         gpu.lib.cs1_gemm_destroy(h[0])
@@ -53,11 +59,11 @@ def checked_rows(rng, M):
     return np.array(sorted(rows))
 
 
-def run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, ldx=None, ldy=None, extra_rows=2):
+def run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster=1, ldx=None, ldy=None, extra_rows=2):
     """y as uint16 [M + extra_rows, ldy] after one call (poisoned before)."""
     ldx, ldy = ldx or K, ldy or N
     y = gpu.empty((M + extra_rows) * ldy * 2)
-    gpu.lib.cs1_gemm_stream(gemm, x.ptr, ldx, w.ptr, y.ptr, ldy, M, N, K, block_n, splits, gpu.stream)
+    gpu.lib.cs1_gemm_stream(gemm, x.ptr, ldx, w.ptr, y.ptr, ldy, M, N, K, block_n, splits, cluster, gpu.stream)
     return gpu.download(y, np.uint16, (M + extra_rows, ldy))
 
 
@@ -91,12 +97,14 @@ def test_stream_vs_float64(gpu, gemm, rng, M, N, K):
     x, w = gpu.upload(x_bits), gpu.upload(w_bits)
     rows = checked_rows(rng, M)
     ref = reference(x_bits, w_bits, rows, K)
-    for block_n in BLOCK_NS:
+    for block_n in block_ns(M):
         for splits in splits_for(N, K, block_n):
-            got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits)
-            rel = check(got, rows, ref, M, N)
-            print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits}: rel error {rel:.3e} (tol {TOL})")
-            assert rel <= TOL, (block_n, splits, rel)
+            for cluster in CLUSTERS:
+                got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster)
+                rel = check(got, rows, ref, M, N)
+                print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits} cluster={cluster}: "
+                      f"rel error {rel:.3e} (tol {TOL})")
+                assert rel <= TOL, (block_n, splits, cluster, rel)
 
 
 @pytest.mark.parametrize("N,K", [(8, 8), (200, 72), (1000, 4104), (136, 640)])
@@ -109,12 +117,14 @@ def test_stream_awkward_shapes(gpu, gemm, rng, M, N, K):
     rows = checked_rows(rng, M)
     ref = reference(x_bits, w_bits, rows, K)
     kblocks = -(-K // 64)
-    for block_n in BLOCK_NS:
+    for block_n in block_ns(M):
         for splits in sorted({1, min(3, kblocks), min(kblocks, 16)}):
-            got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits)
-            rel = check(got, rows, ref, M, N)
-            print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits}: rel error {rel:.3e}")
-            assert rel <= TOL, (block_n, splits, rel)
+            for cluster in CLUSTERS:
+                got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster)
+                rel = check(got, rows, ref, M, N)
+                print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits} cluster={cluster}: "
+                      f"rel error {rel:.3e}")
+                assert rel <= TOL, (block_n, splits, cluster, rel)
 
 
 def test_stream_strided_rows(gpu, gemm, rng):
@@ -125,10 +135,10 @@ def test_stream_strided_rows(gpu, gemm, rng):
     x, w = gpu.upload(x_bits), gpu.upload(w_bits)
     rows = checked_rows(rng, M)
     ref = reference(x_bits, w_bits, rows, K)
-    for block_n, splits in [(80, 1), (80, 4), (128, 6)]:
-        got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, ldx=ldx, ldy=ldy)
+    for block_n, splits, cluster in [(80, 1, 1), (80, 4, 2), (128, 6, 2)]:
+        got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster, ldx=ldx, ldy=ldy)
         rel = check(got, rows, ref, M, N)
-        print(f"stream strided block_n={block_n} splits={splits}: rel error {rel:.3e}")
+        print(f"stream strided block_n={block_n} splits={splits} cluster={cluster}: rel error {rel:.3e}")
         assert rel <= TOL
 
 
@@ -137,15 +147,17 @@ def test_stream_split_k_is_deterministic_and_replays(gpu, gemm, rng):
     M, N, K = 160, 2560, 9216
     x = gpu.upload(rand_bf16(rng, (M, K)))
     w = gpu.upload(weight(rng, N, K))
-    first = run_stream(gpu, gemm, x, w, M, N, K, 80, 4)
+    first = run_stream(gpu, gemm, x, w, M, N, K, 80, 4, 2)
     for _ in range(3):
-        assert (run_stream(gpu, gemm, x, w, M, N, K, 80, 4) == first).all()
+        assert (run_stream(gpu, gemm, x, w, M, N, K, 80, 4, 2) == first).all()
+    # the cluster size changes only who loads x, never the sum order
+    assert (run_stream(gpu, gemm, x, w, M, N, K, 80, 4, 1) == first).all()
     y = gpu.empty((M + 2) * N * 2)
     g = gpu.ffi.new("void **")
     gpu.lib.cs1_graph_begin(gpu.stream)
     try:
         for _ in range(3):
-            gpu.lib.cs1_gemm_stream(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, 80, 4, gpu.stream)
+            gpu.lib.cs1_gemm_stream(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, 80, 4, 2, gpu.stream)
     finally:
         gpu.lib.cs1_graph_end(gpu.stream, g)
     try:
@@ -161,15 +173,17 @@ def test_stream_argument_checks(gpu, gemm):
     buf = gpu.empty(1 << 20)
     p = buf.ptr
     s = gpu.stream
-    assert raw.cs1_gemm_stream(gemm, null, 64, null, null, 64, 0, 64, 64, 64, 1, s) == 0  # M = 0: nothing
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 72, 1, s) == 2001  # block_n not compiled
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 64, 0, s) == 2001  # splits < 1
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 64, 2, s) == 2001  # splits > K blocks (1)
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 257, 64, 64, 64, 1, s) == 2001  # M > 256
-    assert raw.cs1_gemm_stream(gemm, p, 32, p, p, 64, 4, 64, 64, 64, 1, s) == 2001  # ldx < K
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 60, 64, 64, 1, s) == 2002  # N not a multiple of 8
-    assert raw.cs1_gemm_stream(gemm, p, 64, p, buf.at(2), 64, 4, 64, 64, 64, 1, s) == 2002  # y misaligned
-    assert raw.cs1_gemm_stream(null, p, 64, p, p, 64, 4, 64, 64, 64, 1, s) == 2003
+    assert raw.cs1_gemm_stream(gemm, null, 64, null, null, 64, 0, 64, 64, 64, 1, 1, s) == 0  # M = 0: nothing
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 72, 1, 1, s) == 2001  # block_n not compiled
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 64, 0, 1, s) == 2001  # splits < 1
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 64, 2, 1, s) == 2001  # splits > K blocks (1)
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 257, 64, 64, 64, 1, 1, s) == 2001  # M > 256
+    assert raw.cs1_gemm_stream(gemm, p, 32, p, p, 64, 4, 64, 64, 64, 1, 1, s) == 2001  # ldx < K
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 60, 64, 64, 1, 1, s) == 2002  # N not a multiple of 8
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, buf.at(2), 64, 4, 64, 64, 64, 1, 1, s) == 2002  # y misaligned
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 4, 64, 64, 64, 1, 3, s) == 2001  # cluster not compiled
+    assert raw.cs1_gemm_stream(gemm, p, 64, p, p, 64, 193, 64, 64, 128, 1, 1, s) == 2001  # block_n 128, M > 192
+    assert raw.cs1_gemm_stream(null, p, 64, p, p, 64, 4, 64, 64, 64, 1, 1, s) == 2003
     # the partial sums of 16 splits x 256 rows x 4096 columns (64 MiB) exceed the 24 MiB workspace
-    assert raw.cs1_gemm_stream(gemm, p, 2048, p, p, 4096, 256, 4096, 2048, 128, 16, s) == 2001
+    assert raw.cs1_gemm_stream(gemm, p, 2048, p, p, 4096, 256, 4096, 2048, 64, 16, 1, s) == 2001
     gpu.sync()
