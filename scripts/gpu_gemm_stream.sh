@@ -58,7 +58,7 @@ if step ncu; then
     say "ncu case $i ($c): $(grep -h 'Duration' "$FINAL/ncu$i.txt" | tr -s ' ' | tr '\n' ';')"
   done
 fi
-if step bench && { ! step tests || grep -q " passed" "$W/test_gemm_stream.log" && ! grep -q "failed\|error" "$W/test_gemm_stream.log"; }; then
+if step bench && { ! step tests || tail -n1 "$W/test_gemm_stream.log" | grep -q " passed" && ! tail -n1 "$W/test_gemm_stream.log" | grep -q "failed\|error"; }; then
   timeout 300 python3 benchmarks/gemm_stream.py --rows "${ROWS:-128,160,256}" --shapes "${SHAPES:-}" \
     --output "$FINAL/gemm_stream.json" >"$W/bench.log" 2>&1
   say "bench rc=$?"
