@@ -37,6 +37,7 @@ constexpr int kBlockK = 64;          // K per stage: one 128-byte swizzle row of
 constexpr int kGroupRows = 64;       // rows of one warpgroup's MMA
 constexpr int kStageBudget = 200 * 1024;
 constexpr int kMaxStages = 8;
+constexpr int kMaxCluster = 2;  // column tiles per cluster (1 or 2 compiled)
 
 __host__ __device__ constexpr int stage_bytes(int bn, int nwg) { return (nwg * kGroupRows + bn) * kBlockK * 2; }
 __host__ __device__ constexpr int stages_for(int bn, int nwg) {
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     constexpr int kStages = stages_for(BN, NWG);
     constexpr int kSliceRows = NWG * kGroupRows / CLUSTER;  // x rows each block of a cluster loads
     static_assert(kSliceRows % 8 == 0, "x slices keep the 1024-byte swizzle alignment");
+    static_assert(kMaxCluster % CLUSTER == 0, "a cluster's tiles share one rotation");
     extern __shared__ uint8_t stream_smem_raw[];
     __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
     __shared__ int s_last;
@@ -198,7 +200,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const int split = blockIdx.y;
     const int kb0 = static_cast<int>(static_cast<int64_t>(split) * p.kblocks / p.splits);
     const int nk = static_cast<int>(static_cast<int64_t>(split + 1) * p.kblocks / p.splits) - kb0;
-    const int rot = nk > 0 ? static_cast<int>((blockIdx.x / CLUSTER) % nk) : 0;
+    // the rotation is per pair of tiles whatever the cluster size (a cluster walks one order; 1 and 2 give the same bits)
+    const int rot = nk > 0 ? static_cast<int>((blockIdx.x / kMaxCluster) % nk) : 0;
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
