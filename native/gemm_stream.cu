@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const int split = blockIdx.y;
     const int kb0 = static_cast<int>(static_cast<int64_t>(split) * p.kblocks / p.splits);
     const int nk = static_cast<int>(static_cast<int64_t>(split + 1) * p.kblocks / p.splits) - kb0;
-    // the rotation is per pair of tiles whatever the cluster size (a cluster walks one order; 1 and 2 give the same bits)
+    // one rotation per pair of tiles whatever the cluster size: clusters of 1 and 2 give the same bits
     const int rot = nk > 0 ? static_cast<int>((blockIdx.x / kMaxCluster) % nk) : 0;
 
     if (tid == 0) {
