@@ -142,11 +142,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
-// arrive on the mbarrier at the same shared-memory offset in block `rank` of the cluster (this block included)
+// arrive on the mbarrier at the same shared-memory offset in block `rank` of the cluster (this block included);
+// release at CTA scope: the .cluster-scope release fence (ERRBAR) took ~9 % of the consumers' stall samples
 __device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
         "r"(rank)
         : "memory");
 }
