@@ -201,8 +201,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const int split = blockIdx.y;
     const int kb0 = static_cast<int>(static_cast<int64_t>(split) * p.kblocks / p.splits);
     const int nk = static_cast<int>(static_cast<int64_t>(split + 1) * p.kblocks / p.splits) - kb0;
-    // one rotation per pair of tiles whatever the cluster size: clusters of 1 and 2 give the same bits
-    const int rot = nk > 0 ? static_cast<int>((blockIdx.x / kMaxCluster) % nk) : 0;
+    // every tile walks its K range in order (a per-tile rotation, meant to spread the x reads over L2, did not
+    // change the time of the cp.async form and may cost DRAM page locality: lever 26)
+    const int rot = 0;
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
