@@ -187,8 +187,9 @@ int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *alg
  * that share each x load (TMA multicast). M <= 256 (<= 192 for block_n 128 and 144: registers), N and K
  * multiples of 8, the rest as cs1_gemm.
  * CS1_ERR_UNSUPPORTED unless the library holds the sm_90a kernels and the device is compute capability 9.0.
- * Calls on one handle must not run concurrently (they share the split-K workspace). Not used by the forward pass
- * yet: benchmarks/LEVERS.md, lever 26. */
+ * Calls on one handle must not run concurrently (they share the split-K workspace, 24 MiB, which the handle's
+ * first call allocates: make it outside a graph capture; a failed allocation returns its CUDA status). Not used by
+ * the forward pass: slower than cuBLASLt at every shape of the 4B so far (benchmarks/LEVERS.md, lever 26). */
 int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
                     int64_t N, int64_t K, int32_t block_n, int32_t splits, int32_t cluster, void *stream);
 

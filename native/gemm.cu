@@ -60,7 +60,23 @@ struct Gemm {
 };
 
 // Split-K partial sums of cs1_gemm_stream: [splits][M][N] fp32; 24 MiB holds 8 splits of 2560 columns at M = 256.
+// Allocated by the handle's first cs1_gemm_stream call (the forward pass never makes one, so it costs nothing there).
 constexpr size_t kStreamPartialBytes = 24u << 20;
+
+int ensure_stream_workspace(Gemm &g) {
+    if (g.stream.partial) return 0;
+    cudaError_t e = cudaMalloc(&g.stream.partial, kStreamPartialBytes);
+    if (e == cudaSuccess) e = cudaMalloc(&g.stream.counters, stream_gemm::kCounters * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMemset(g.stream.counters, 0, stream_gemm::kCounters * sizeof(int32_t));
+    if (e != cudaSuccess) {
+        for (void *p : {static_cast<void *>(g.stream.partial), static_cast<void *>(g.stream.counters)})
+            if (p) cudaFree(p);
+        g.stream = stream_gemm::Workspace();
+        return cs1_fail(e);
+    }
+    g.stream.partial_bytes = kStreamPartialBytes;
+    return 0;
+}
 
 // Everything a new plan may need for timing: the caller's operands and stream.
 struct Operands {
@@ -258,18 +274,8 @@ extern "C" int cs1_gemm_create(size_t workspace_bytes, void **gemm) {
         if (e != cudaSuccess) st = cs1_fail(e);
         else g->workspace_bytes = workspace_bytes;
     }
-    if (!st && stream_gemm::available(nullptr)) {
-        cudaError_t e = cudaMalloc(&g->stream.partial, kStreamPartialBytes);
-        if (e == cudaSuccess) {
-            g->stream.partial_bytes = kStreamPartialBytes;
-            e = cudaMalloc(&g->stream.counters, stream_gemm::kCounters * sizeof(int32_t));
-        }
-        if (e == cudaSuccess) e = cudaMemset(g->stream.counters, 0, stream_gemm::kCounters * sizeof(int32_t));
-        if (e != cudaSuccess) st = cs1_fail(e);
-    }
     if (st) {
-        for (void *p : {g->workspace, static_cast<void *>(g->stream.partial), static_cast<void *>(g->stream.counters)})
-            if (p) cudaFree(p);
+        if (g->workspace) cudaFree(g->workspace);
         if (g->handle) cublasLtDestroy(g->handle);
         delete g;
         (void)cudaGetLastError();
@@ -374,8 +380,13 @@ extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const voi
     CS1_REQUIRE_ALIGNED(x, 16);
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(y, 16);
+    if (!stream_gemm::available(nullptr)) return CS1_ERR_UNSUPPORTED;
     Gemm *g = static_cast<Gemm *>(gemm);
-    if (!g->stream.partial) return CS1_ERR_UNSUPPORTED;
+    {
+        std::lock_guard<std::mutex> lock(g->mutex);
+        const int st = ensure_stream_workspace(*g);
+        if (st) return st;
+    }
     return stream_gemm::launch(g->stream, x, ldx, w, y, ldy, M, N, K, block_n, splits, cluster,
                                cs1_stream(stream));
 }

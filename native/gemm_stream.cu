@@ -12,9 +12,8 @@
 // - Warpgroups 1..NWG are the consumers: warpgroup g owns rows [64 (g - 1), 64 g) and runs wgmma m64nBNk16 with
 //   both operands K-major in shared memory; fp32 accumulators stay in registers for the whole K range.
 // - Cluster of CLUSTER column tiles: they read the same x, so each block loads 1 / CLUSTER of every x stage and
-//   multicasts it to all blocks of the cluster (x leaves L2 once per cluster instead of once per tile). The blocks
-//   of a cluster walk the same K blocks in the same order; each cluster starts at its own K block (rotated), so the
-//   clusters do not all read the same x lines at once.
+//   multicasts it to all blocks of the cluster (x leaves L2 once per cluster instead of once per tile). Every block
+//   walks its K range in order, so the cluster size never changes the sum order.
 // - Split-K (splits > 1): each block stores its fp32 partial to the workspace; the last block of a column tile to
 //   arrive (atomic counter) adds the splits in split order 0, 1, ... and writes bf16. The order does not depend on
 //   which block arrives last, so results are deterministic.
@@ -37,7 +36,6 @@ constexpr int kBlockK = 64;          // K per stage: one 128-byte swizzle row of
 constexpr int kGroupRows = 64;       // rows of one warpgroup's MMA
 constexpr int kStageBudget = 200 * 1024;
 constexpr int kMaxStages = 8;
-constexpr int kMaxCluster = 2;  // column tiles per cluster (1 or 2 compiled)
 
 __host__ __device__ constexpr int stage_bytes(int bn, int nwg) { return (nwg * kGroupRows + bn) * kBlockK * 2; }
 __host__ __device__ constexpr int stages_for(int bn, int nwg) {
@@ -190,7 +188,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     constexpr int kStages = stages_for(BN, NWG);
     constexpr int kSliceRows = NWG * kGroupRows / CLUSTER;  // x rows each block of a cluster loads
     static_assert(kSliceRows % 8 == 0, "x slices keep the 1024-byte swizzle alignment");
-    static_assert(kMaxCluster % CLUSTER == 0, "a cluster's tiles share one rotation");
     extern __shared__ uint8_t stream_smem_raw[];
     __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
     __shared__ int s_last;
@@ -201,9 +198,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const int split = blockIdx.y;
     const int kb0 = static_cast<int>(static_cast<int64_t>(split) * p.kblocks / p.splits);
     const int nk = static_cast<int>(static_cast<int64_t>(split + 1) * p.kblocks / p.splits) - kb0;
-    // every tile walks its K range in order (a per-tile rotation, meant to spread the x reads over L2, did not
-    // change the time of the cp.async form and may cost DRAM page locality: lever 26)
-    const int rot = 0;
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
@@ -220,7 +214,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     if (wg == 0) {
         if (tid == 0) {  // producer
-            int kb = kb0 + rot, s = 0;
+            int kb = kb0, s = 0;
             uint32_t use = 0;
             for (int i = 0; i < nk; ++i) {
                 if (use > 0) mbar_wait(smem_u32(&empty_bar[s]), (use - 1) & 1);
@@ -233,7 +227,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                     tma_load_multicast(slice, &xmap, kb * kBlockK, rank * kSliceRows, full, (1u << CLUSTER) - 1);
                 else
                     tma_load(slice, &xmap, kb * kBlockK, 0, full);
-                kb = kb + 1 == kb0 + nk ? kb0 : kb + 1;
+                ++kb;
                 if (++s == kStages) s = 0, ++use;
             }
         }
