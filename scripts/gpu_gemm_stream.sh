@@ -3,6 +3,8 @@
 #   tests     tests/gpu/test_gemm_stream.py
 #   others    tests/gpu/test_gemm.py (untuned) and test_attention.py (the cp.async/wgmma helpers they share)
 #   memcheck  compute-sanitizer memcheck of the stream tests' split-K and strided cases
+#   model     tests/gpu/test_model.py (reference parity, graph = eager: the whole library after this change)
+#   gdnsplit  tests/gpu/test_gdn.py with CS1_GDN_SPLIT_OUT=1 (the separate GDN out kernel of smaller devices)
 #   ncu       Nsight Compute (full set, source view) of the second stream call and one cuBLASLt call per NCU_CASES
 #             entry ("M N K BLOCK_N SPLITS CLUSTER", ';'-separated)
 #   bench     benchmarks/gemm_stream.py at ROWS (every configuration against cuBLASLt, CUDA graphs)
@@ -40,9 +42,17 @@ if step others; then
     >"$W/test_attention_gemm.log" 2>&1
   say "test_attention + test_gemm: $(tail -n1 "$W/test_attention_gemm.log")"
 fi
+if step model; then
+  timeout 160 $PYTEST tests/gpu/test_model.py >"$W/test_model.log" 2>&1
+  say "test_model: $(tail -n1 "$W/test_model.log")"
+fi
+if step gdnsplit; then
+  CS1_GDN_SPLIT_OUT=1 timeout 150 $PYTEST tests/gpu/test_gdn.py >"$W/test_gdn_split.log" 2>&1
+  say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
+fi
 if step memcheck; then
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $PYTEST tests/gpu/test_gemm_stream.py \
-    -k "deterministic or strided or awkward_shapes and 65" >"$W/memcheck.log" 2>&1
+    -k "deterministic or strided or (awkward_shapes and 65)" >"$W/memcheck.log" 2>&1
   say "memcheck rc=$?: $(grep -h "ERROR SUMMARY" "$W/memcheck.log" | tail -n1) $(tail -n1 "$W/memcheck.log")"
 fi
 if step ncu; then
