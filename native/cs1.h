@@ -186,7 +186,8 @@ int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *alg
  * splits <= ceil(K / 64) and splits * M * N * 4 bytes <= 24 MiB), and clusters of `cluster` column tiles (1 or 2)
  * that share each x load (TMA multicast). M <= 256 (<= 192 for block_n 128 and 144: registers), N and K
  * multiples of 8, the rest as cs1_gemm.
- * CS1_ERR_UNSUPPORTED unless the library holds the sm_90a kernels and the device is compute capability 9.0.
+ * CS1_ERR_UNSUPPORTED unless the library holds the sm_90a kernels and the device is compute capability 9.0
+ * (CS1_ERR_NO_DEVICE without a device).
  * Calls on one handle must not run concurrently (they share the split-K workspace, 24 MiB, which the handle's
  * first call allocates: make it outside a graph capture; a failed allocation returns its CUDA status). Not used by
  * the forward pass: slower than cuBLASLt at every shape of the 4B so far (benchmarks/LEVERS.md, lever 26). */

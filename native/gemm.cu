@@ -380,7 +380,12 @@ extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const voi
     CS1_REQUIRE_ALIGNED(x, 16);
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(y, 16);
-    if (!stream_gemm::available(nullptr)) return CS1_ERR_UNSUPPORTED;
+    if (!stream_gemm::available(nullptr)) {
+        int devices = 0;
+        const bool none = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+        (void)cudaGetLastError();
+        return none ? CS1_ERR_NO_DEVICE : CS1_ERR_UNSUPPORTED;
+    }
     Gemm *g = static_cast<Gemm *>(gemm);
     {
         std::lock_guard<std::mutex> lock(g->mutex);

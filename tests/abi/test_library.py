@@ -106,6 +106,13 @@ def test_argument_checks_return_before_any_launch(lib):
         "gemm ldx": (raw.cs1_gemm(p, p, 32, p, p, 64, 2, 64, 64, s), 2001),
         "gemm K%8": (raw.cs1_gemm(p, p, 68, p, p, 64, 2, 64, 63, s), 2002),
         "gemm misaligned y": (raw.cs1_gemm(p, p, 64, p, odd, 64, 2, 64, 64, s), 2002),
+        "empty gemm_stream": (raw.cs1_gemm_stream(null, null, 64, null, null, 64, 0, 64, 64, 64, 1, 1, s), 0),
+        "gemm_stream block_n": (raw.cs1_gemm_stream(p, p, 64, p, p, 64, 2, 64, 64, 72, 1, 1, s), 2001),
+        "gemm_stream cluster": (raw.cs1_gemm_stream(p, p, 64, p, p, 64, 2, 64, 64, 64, 1, 4, s), 2001),
+        "gemm_stream splits": (raw.cs1_gemm_stream(p, p, 64, p, p, 64, 2, 64, 64, 64, 17, 1, s), 2001),
+        "gemm_stream null": (raw.cs1_gemm_stream(null, p, 64, p, p, 64, 2, 64, 64, 64, 1, 1, s), 2003),
+        "gemm_stream M": (raw.cs1_gemm_stream(p, p, 64, p, p, 64, 257, 64, 64, 64, 1, 1, s), 2001),
+        "gemm_stream N%8": (raw.cs1_gemm_stream(p, p, 64, p, p, 64, 2, 60, 64, 64, 1, 1, s), 2002),
         "empty readout": (raw.cs1_letter_readout(null, null, ffi.cast("int32_t *", 0), 0, null, fp, 26, fp, 64,
                                                  1e-6, s), 0),
         "readout null": (raw.cs1_letter_readout(null, null, ip, 2, p, fp, 26, fp, 64, 1e-6, s), 2003),
@@ -146,6 +153,8 @@ NO_DEVICE_SCRIPT = textwrap.dedent("""
     out["device_info"] = raw.cs1_device_info(0, ffi.new("int *"), ffi.new("int *"), ffi.new("int *"),
                                              ffi.new("size_t *"))
     out["stream_sync_default"] = raw.cs1_stream_sync(ffi.NULL)
+    fake = ffi.cast("void *", 0x10000)  # never dereferenced: without a device the call must refuse first
+    out["gemm_stream"] = raw.cs1_gemm_stream(fake, fake, 64, fake, fake, 64, 2, 64, 64, 64, 1, 1, ffi.NULL)
     out["texts"] = {k: lib.error_string(v if isinstance(v, int) else v[0]) for k, v in out.items()}
     print(json.dumps(out))
 """)
@@ -161,6 +170,7 @@ def test_calls_without_a_device_return_clean_status(built_library):
         pytest.skip("a CUDA device is visible here: the no-device behaviour is not observable")
     print(json.dumps(out, indent=1))
     assert out["device_count"] == [2005, 0]
+    assert out["gemm_stream"] == 2005, out["texts"]["gemm_stream"]  # CS1_ERR_NO_DEVICE
     for key in ("malloc", "host_alloc", "stream_create", "gemm_create", "set_device", "mem_info", "device_info",
                 "stream_sync_default"):
         assert out[key] != 0, key
