@@ -275,7 +275,6 @@ extern "C" int cs1_gemm_create(size_t workspace_bytes, void **gemm) {
         else g->workspace_bytes = workspace_bytes;
     }
     if (st) {
-        if (g->workspace) cudaFree(g->workspace);
         if (g->handle) cublasLtDestroy(g->handle);
         delete g;
         (void)cudaGetLastError();
@@ -380,7 +379,7 @@ extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const voi
     CS1_REQUIRE_ALIGNED(x, 16);
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(y, 16);
-    if (!stream_gemm::available(nullptr)) {
+    if (!stream_gemm::available()) {
         int devices = 0;
         const bool none = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
         (void)cudaGetLastError();

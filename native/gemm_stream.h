@@ -21,9 +21,9 @@ struct Workspace {
     int32_t *counters = nullptr;
 };
 
-// Whether the library holds the kernels (sm_90a build) and the current device runs them (compute capability 9.0);
-// *sms receives its multiprocessor count. Cached per device.
-bool available(int *sms);
+// Whether the library holds the kernels (sm_90a build) and the current device runs them (compute capability 9.0).
+// Cached per device.
+bool available();
 
 // Whether block_n is one of the compiled column-tile widths / cluster one of the compiled cluster sizes.
 bool block_n_supported(int block_n);
