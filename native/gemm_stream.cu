@@ -328,17 +328,24 @@ typedef void (*StreamKernel)(const CUtensorMap, const CUtensorMap, const StreamP
 // whether BN accumulators (BN / 2 registers) + ~40 others fit the register file at 128 * (NWG + 1) threads
 constexpr bool fits(int bn, int nwg) { return (bn / 2 + 40) * 128 * (nwg + 1) <= 65536; }
 
+// the four-warpgroup form (M > 192) where its accumulators fit, else none
+template <int BN, int C>
+StreamKernel four_groups() {
+    if constexpr (fits(BN, 4)) return &gemm_stream_kernel<BN, 4, C>;
+    else return nullptr;
+}
+
 template <int BN>
 StreamKernel kernel_for(int nwg, int cluster) {
     switch (cluster * 8 + nwg) {
         case 9: return &gemm_stream_kernel<BN, 1, 1>;
         case 10: return &gemm_stream_kernel<BN, 2, 1>;
         case 11: return &gemm_stream_kernel<BN, 3, 1>;
-        case 12: return fits(BN, 4) ? &gemm_stream_kernel<BN, fits(BN, 4) ? 4 : 3, 1> : nullptr;
+        case 12: return four_groups<BN, 1>();
         case 17: return &gemm_stream_kernel<BN, 1, 2>;
         case 18: return &gemm_stream_kernel<BN, 2, 2>;
         case 19: return &gemm_stream_kernel<BN, 3, 2>;
-        case 20: return fits(BN, 4) ? &gemm_stream_kernel<BN, fits(BN, 4) ? 4 : 3, 2> : nullptr;
+        case 20: return four_groups<BN, 2>();
         default: return nullptr;
     }
 }

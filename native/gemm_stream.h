@@ -29,7 +29,8 @@ bool available();
 bool block_n_supported(int block_n);
 bool cluster_supported(int cluster);
 
-// The launch; arguments already checked by the caller except the ones listed in gemm.cu's cs1_gemm_stream.
+// The launch. The caller (gemm.cu's cs1_gemm_stream) checked pointers, alignment and the M, N, K limits; this
+// checks the configuration against the shape (splits, workspace, compiled forms): CS1_ERR_SHAPE when it does not fit.
 int launch(const Workspace &ws, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
            int64_t N, int64_t K, int block_n, int splits, int cluster, cudaStream_t stream);
 
