@@ -32,7 +32,7 @@ def load_test_gdn():
 
 
 def outputs(library: str, cases: list[tuple]) -> list[np.ndarray]:
-    lib = abi.load(library)
+    lib = abi.Library(library, strict=False)  # the two builds may differ in ABI version; cs1_gdn_prefill is the same
     print(f"{library}: {lib.build_info()}", flush=True)
     dev = DeviceBuffers.on_new_stream(lib, np.random.default_rng(0))
     ffi, got = lib.ffi, []

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 3
+#define CS1_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -116,6 +116,11 @@ int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *posi
  * g = -exp(A_log[h]) * softplus(a + dt_bias[h]) in fp32 (softplus linear above 20). beta, g: fp32 [T, H]. */
 int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, float *beta, float *g,
                   int64_t T, int64_t H, void *stream);
+/* cs1_gdn_conv and cs1_gdn_gates in one launch (the same bytes as the two calls), ba rows at the same stride ld as
+ * qkv (both live in one projection row). channels or H may be 0 to skip that part. */
+int cs1_gdn_conv_gates(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out, int64_t T,
+                       int64_t channels, const void *ba, const float *A_log, const float *dt_bias, float *beta,
+                       float *g, int64_t H, void *stream);
 /* workspace bytes cs1_gdn_prefill needs for T rows in n_seqs prompts with H value heads */
 int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes);
 /* chunked (C = 64) gated delta rule, fp32 state starting at zero for every prompt.

@@ -17,11 +17,12 @@
 // tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
 // substitution stays fp32 on CUDA cores.
 //
-// Three launches per cs1_gdn_prefill up to kWalkOutMaxRows rows on devices with the shared memory for it, four
-// otherwise (see GdnPath):
-//   1. gdn_index_kernel    (1 block): sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of
-//      ceil(len/64)), so chunks restart at every prompt start. cu_seqlens lives on the device, so the host only
-//      knows the bound NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit.
+// Two launches per cs1_gdn_prefill up to kWalkOutMaxRows rows on devices with the shared memory for it, three
+// otherwise (see GdnPath), and one more above kPrepIndexMaxSeqs prompts:
+//   1. the index: sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of ceil(len/64)), so
+//      chunks restart at every prompt start. cu_seqlens lives on the device, so the host only knows the bound
+//      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
+//      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
 //      writes zeros into the padding rows of o.
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
@@ -98,10 +99,10 @@ __device__ ChunkInfo find_chunk(const int32_t *seq_start, const int32_t *chunk_o
 
 // ---- prefill: 1. index --------------------------------------------------------------------------------------------
 
-// One warp: seq_start[s] = running max of clamp(cu[s], 0, T); chunk_off = prefix sum of ceil(len / 64).
-__global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *__restrict__ seq_start,
-                                 int32_t *__restrict__ chunk_off) {
-    const int lane = threadIdx.x;
+// One warp (lane = its lane): seq_start[s] = running max of clamp(cu[s], 0, T); chunk_off = prefix sum of
+// ceil(len / 64). The pointers may be global or shared memory.
+__device__ __forceinline__ void index_warp(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *seq_start,
+                                           int32_t *chunk_off, int lane) {
     int prev_start = 0, prev_off = 0;
     for (int base = 0; base <= n_seqs; base += 32) {
         const int s = base + lane;
@@ -131,6 +132,15 @@ __global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int
     }
 }
 
+__global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *__restrict__ seq_start,
+                                 int32_t *__restrict__ chunk_off) {
+    index_warp(cu, n_seqs, T, seq_start, chunk_off, threadIdx.x);
+}
+
+// Up to this many prompts every prep block computes the index itself (in shared memory, one warp, two passes), and
+// block (0, 0) also stores it for the walk and out kernels: one launch fewer per layer. More prompts: the index
+// kernel runs first.
+constexpr int kPrepIndexMaxSeqs = 63;
 
 // ---- prefill: 2, 3, 4 on tensor cores ---------------------------------------------------------------------------
 //
@@ -204,6 +214,8 @@ struct PrepSmem {
     float beta[kC];
     float cw[kC];  // beta e^Gam / |k|
     float rk[kC];  // 1 / |k|
+    int32_t seq_start[kPrepIndexMaxSeqs + 1];  // the index, when the block computes it (cu given)
+    int32_t chunk_off[kPrepIndexMaxSeqs + 1];
 };
 constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
 static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
@@ -211,11 +223,26 @@ static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
-                                                                   const float *__restrict__ beta, int n_seqs, int T,
+                                                                   const float *__restrict__ beta,
+                                                                   const int32_t *__restrict__ cu, int n_seqs, int T,
                                                                    int H, int HK, unsigned char *__restrict__ ws,
                                                                    Layout lay, bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    PrepSmem &sm = *reinterpret_cast<PrepSmem *>(smem_raw);
+    auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
+    auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
+    const int32_t *seq_start = ws_start, *chunk_off = ws_off;
+    if (cu != nullptr) {  // n_seqs <= kPrepIndexMaxSeqs: no index kernel ran
+        if (warp == 0) index_warp(cu, n_seqs, T, sm.seq_start, sm.chunk_off, lane);
+        __syncthreads();
+        if (c == 0 && h == 0 && tid <= n_seqs) {
+            ws_start[tid] = sm.seq_start[tid];
+            ws_off[tid] = sm.chunk_off[tid];
+        }
+        seq_start = sm.seq_start;
+        chunk_off = sm.chunk_off;
+    }
     {
         const int first = seq_start[0], end = seq_start[n_seqs];
         for (int e = tid; e < kC * (kD / 4); e += kThreads) {
@@ -224,13 +251,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
                 *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
         }
     }
-    const ChunkInfo ck = find_chunk(seq_start, reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    const ChunkInfo ck = find_chunk(seq_start, chunk_off, n_seqs, c);
     if (ck.len == 0) return;
     const int hk = h / (H / HK);
     const size_t slot = size_t(c) * H + h;
 
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    PrepSmem &sm = *reinterpret_cast<PrepSmem *>(smem_raw);
     const bf16 *rows = qkv + int64_t(ck.row0) * ld;
     cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
     cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
@@ -757,13 +782,17 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     auto *ws = static_cast<unsigned char *>(workspace);
     const auto *x = static_cast<const bf16 *>(qkv);
     auto *out = static_cast<bf16 *>(o);
-    gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T), reinterpret_cast<int32_t *>(ws + lay.seq_start),
-                                      reinterpret_cast<int32_t *>(ws + lay.chunk_off));
-    CS1_CUDA(cudaGetLastError());
+    const bool prep_indexes = n_seqs <= kPrepIndexMaxSeqs;
+    if (!prep_indexes) {
+        gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T),
+                                          reinterpret_cast<int32_t *>(ws + lay.seq_start),
+                                          reinterpret_cast<int32_t *>(ws + lay.chunk_off));
+        CS1_CUDA(cudaGetLastError());
+    }
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, int(n_seqs), int(T), int(H),
-                                                                   int(HK), ws, lay, out);
+    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, prep_indexes ? cu_seqlens : nullptr,
+                                                                   int(n_seqs), int(T), int(H), int(HK), ws, lay, out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
     if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;

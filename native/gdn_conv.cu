@@ -46,15 +46,15 @@ __device__ __forceinline__ void conv_row(const Pack8 *win, int i, const float *w
 // loaded once (plus a 3-row halo at the run start), where one thread per row reloaded the weights and every row 4
 // times. Rows go 4 at a time with the next 4 rows already loading (double buffer); <= 128 registers (4 blocks per SM)
 // leaves enough warps to overlap the SiLU arithmetic with the loads.
-__global__ void __launch_bounds__(kConvThreads, 4)
-    gdn_conv_runs_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
-                         const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T, int64_t channels,
-                         int run) {
+// The conv's work for block `block` of `blocks` (grid-stride over the runs).
+__device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                                          const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
+                                          int64_t channels, int run, int64_t block, int64_t blocks) {
     const int64_t groups = channels / 8;
     const int64_t group_blocks = (groups + kConvThreads - 1) / kConvThreads;
     const int64_t runs = (T + run - 1) / run;
     // channel blocks vary fastest, so neighbouring runs (which share halo rows) run close together and hit L2
-    for (int64_t item = blockIdx.x; item < runs * group_blocks; item += gridDim.x) {
+    for (int64_t item = block; item < runs * group_blocks; item += blocks) {
         const int64_t g = (item % group_blocks) * kConvThreads + threadIdx.x;
         if (g >= groups) continue;
         const int64_t c0 = g * 8, t0 = (item / group_blocks) * run;
@@ -89,6 +89,13 @@ __global__ void __launch_bounds__(kConvThreads, 4)
     }
 }
 
+__global__ void __launch_bounds__(kConvThreads, 4)
+    gdn_conv_runs_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                         const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T, int64_t channels,
+                         int run) {
+    conv_runs(qkv, ld, w, positions, out, T, channels, run, blockIdx.x, gridDim.x);
+}
+
 // Rows per run (a multiple of 4): long enough to amortise the 3-row halo, short enough that one wave of resident
 // threads (H200: 132 SMs x 4 blocks x 128) has work. Only performance depends on it.
 int conv_run_length(int64_t T, int64_t channels) {
@@ -119,24 +126,53 @@ __global__ void gdn_conv1_kernel(const bf16 *__restrict__ qkv, int64_t ld, const
 
 // ---- gates --------------------------------------------------------------------------------------------------------
 
+// beta and g of item idx = t * H + h; the one expression of both gate kernels, so they give the same bytes.
+__device__ __forceinline__ void gate_item(const bf16 *__restrict__ ba, int64_t ld, const float *__restrict__ A_log,
+                                          const float *__restrict__ dt_bias, float *__restrict__ beta,
+                                          float *__restrict__ g, int64_t idx, int64_t H) {
+    const int64_t t = idx / H, h = idx % H;
+    const float b = bf2f(ba[t * ld + h]), a = bf2f(ba[t * ld + H + h]);
+    beta[idx] = round_bf(sigmoid_f(b));  // transformers computes sigmoid in bf16
+    g[idx] = -expf(A_log[h]) * softplus_f(a + dt_bias[h]);
+}
+
 __global__ void gdn_gates_kernel(const bf16 *__restrict__ ba, int64_t ld, const float *__restrict__ A_log,
                                  const float *__restrict__ dt_bias, float *__restrict__ beta, float *__restrict__ g,
                                  int64_t T, int64_t H) {
     for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T * H;
-         idx += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = idx / H, h = idx % H;
-        const float b = bf2f(ba[t * ld + h]), a = bf2f(ba[t * ld + H + h]);
-        beta[idx] = round_bf(sigmoid_f(b));  // transformers computes sigmoid in bf16
-        g[idx] = -expf(A_log[h]) * softplus_f(a + dt_bias[h]);
-    }
+         idx += int64_t(gridDim.x) * blockDim.x)
+        gate_item(ba, ld, A_log, dt_bias, beta, g, idx, H);
 }
 
-}  // namespace
+// ---- conv and gates in one launch (one fewer launch per layer; the forward's path) ------------------------------
 
-extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out,
-                            int64_t T, int64_t channels, void *stream) {
-    CS1_REQUIRE_SHAPE(T >= 0 && channels >= 0);
-    if (T == 0 || channels == 0) return 0;
+struct GateArgs {
+    const bf16 *ba;
+    int64_t ld;
+    const float *A_log, *dt_bias;
+    float *beta, *g;
+    int64_t H;
+};
+
+// Blocks [0, conv_blocks) run the conv exactly as gdn_conv_runs_kernel with that grid; the blocks after them the
+// gates, kConvThreads items per block and pass.
+__global__ void __launch_bounds__(kConvThreads, 4)
+    gdn_conv_gates_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
+                          const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T, int64_t channels,
+                          int run, int64_t conv_blocks, GateArgs ga) {
+    if (blockIdx.x < conv_blocks) {
+        conv_runs(qkv, ld, w, positions, out, T, channels, run, blockIdx.x, conv_blocks);
+        return;
+    }
+    const int64_t gate_threads = (int64_t(gridDim.x) - conv_blocks) * kConvThreads;
+    for (int64_t idx = (int64_t(blockIdx.x) - conv_blocks) * kConvThreads + threadIdx.x; idx < T * ga.H;
+         idx += gate_threads)
+        gate_item(ga.ba, ga.ld, ga.A_log, ga.dt_bias, ga.beta, ga.g, idx, ga.H);
+}
+
+// Argument checks of the conv (T, channels > 0); whether the 16-byte path applies goes to *vec.
+int check_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, const void *out, int64_t channels,
+               bool *vec) {
     CS1_REQUIRE_PTR(qkv);
     CS1_REQUIRE_PTR(w);
     CS1_REQUIRE_PTR(positions);
@@ -146,27 +182,13 @@ extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const in
     CS1_REQUIRE_ALIGNED(w, 2);
     CS1_REQUIRE_ALIGNED(out, 2);
     CS1_REQUIRE_ALIGNED(positions, 4);
-    const bool vec = channels % 8 == 0 && ld % 8 == 0 && cs1_aligned(qkv, 16) && cs1_aligned(w, 16) &&
-                     cs1_aligned(out, 16);
-    const auto *x = static_cast<const bf16 *>(qkv);
-    const auto *wt = static_cast<const bf16 *>(w);
-    auto *y = static_cast<bf16 *>(out);
-    cudaStream_t st = cs1_stream(stream);
-    if (vec) {
-        const int run = conv_run_length(T, channels);
-        const int64_t group_blocks = (channels / 8 + kConvThreads - 1) / kConvThreads;
-        gdn_conv_runs_kernel<<<cs1_grid((T + run - 1) / run * group_blocks), kConvThreads, 0, st>>>(
-            x, ld, wt, positions, y, T, channels, run);
-    } else {
-        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, st>>>(x, ld, wt, positions, y, T, channels);
-    }
-    CS1_LAUNCHED();
+    *vec = channels % 8 == 0 && ld % 8 == 0 && cs1_aligned(qkv, 16) && cs1_aligned(w, 16) && cs1_aligned(out, 16);
+    return 0;
 }
 
-extern "C" int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, float *beta,
-                             float *g, int64_t T, int64_t H, void *stream) {
-    CS1_REQUIRE_SHAPE(T >= 0 && H >= 0);
-    if (T == 0 || H == 0) return 0;
+// Argument checks of the gates (T, H > 0).
+int check_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, const float *beta,
+                const float *g, int64_t H) {
     CS1_REQUIRE_PTR(ba);
     CS1_REQUIRE_PTR(A_log);
     CS1_REQUIRE_PTR(dt_bias);
@@ -178,7 +200,81 @@ extern "C" int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, con
     CS1_REQUIRE_ALIGNED(dt_bias, 4);
     CS1_REQUIRE_ALIGNED(beta, 4);
     CS1_REQUIRE_ALIGNED(g, 4);
-    gdn_gates_kernel<<<blocks_for(T * H, 256), 256, 0, cs1_stream(stream)>>>(static_cast<const bf16 *>(ba), ld, A_log,
-                                                                             dt_bias, beta, g, T, H);
+    return 0;
+}
+
+// Blocks of the 16-byte conv path and its rows per run.
+int64_t conv_blocks(int64_t T, int64_t channels, int *run) {
+    *run = conv_run_length(T, channels);
+    const int64_t group_blocks = (channels / 8 + kConvThreads - 1) / kConvThreads;
+    return cs1_grid((T + *run - 1) / *run * group_blocks);
+}
+
+void launch_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out, int64_t T,
+                 int64_t channels, bool vec, cudaStream_t st) {
+    const auto *x = static_cast<const bf16 *>(qkv);
+    const auto *wt = static_cast<const bf16 *>(w);
+    auto *y = static_cast<bf16 *>(out);
+    if (vec) {
+        int run = 0;
+        const int64_t blocks = conv_blocks(T, channels, &run);
+        gdn_conv_runs_kernel<<<unsigned(blocks), kConvThreads, 0, st>>>(x, ld, wt, positions, y, T, channels, run);
+    } else {
+        gdn_conv1_kernel<<<blocks_for(T * channels, 256), 256, 0, st>>>(x, ld, wt, positions, y, T, channels);
+    }
+}
+
+void launch_gates(const GateArgs &ga, int64_t T, cudaStream_t st) {
+    gdn_gates_kernel<<<blocks_for(T * ga.H, 256), 256, 0, st>>>(ga.ba, ga.ld, ga.A_log, ga.dt_bias, ga.beta, ga.g, T,
+                                                                ga.H);
+}
+
+}  // namespace
+
+extern "C" int cs1_gdn_conv(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out,
+                            int64_t T, int64_t channels, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && channels >= 0);
+    if (T == 0 || channels == 0) return 0;
+    bool vec = false;
+    if (const int st = check_conv(qkv, ld, w, positions, out, channels, &vec)) return st;
+    launch_conv(qkv, ld, w, positions, out, T, channels, vec, cs1_stream(stream));
+    CS1_LAUNCHED();
+}
+
+extern "C" int cs1_gdn_gates(const void *ba, int64_t ld, const float *A_log, const float *dt_bias, float *beta,
+                             float *g, int64_t T, int64_t H, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && H >= 0);
+    if (T == 0 || H == 0) return 0;
+    if (const int st = check_gates(ba, ld, A_log, dt_bias, beta, g, H)) return st;
+    launch_gates(GateArgs{static_cast<const bf16 *>(ba), ld, A_log, dt_bias, beta, g, H}, T, cs1_stream(stream));
+    CS1_LAUNCHED();
+}
+
+extern "C" int cs1_gdn_conv_gates(const void *qkv, int64_t ld, const void *w, const int32_t *positions, void *out,
+                                  int64_t T, int64_t channels, const void *ba, const float *A_log,
+                                  const float *dt_bias, float *beta, float *g, int64_t H, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && channels >= 0 && H >= 0);
+    if (T == 0 || (channels == 0 && H == 0)) return 0;
+    bool vec = false;
+    if (channels > 0)
+        if (const int st = check_conv(qkv, ld, w, positions, out, channels, &vec)) return st;
+    if (H > 0)
+        if (const int st = check_gates(ba, ld, A_log, dt_bias, beta, g, H)) return st;
+    const GateArgs ga{static_cast<const bf16 *>(ba), ld, A_log, dt_bias, beta, g, H};
+    cudaStream_t st = cs1_stream(stream);
+    if (vec && H > 0) {  // the forward's case: one launch
+        int run = 0;
+        const int64_t blocks = conv_blocks(T, channels, &run);
+        const int64_t gate_blocks = cs1_grid((T * H + kConvThreads - 1) / kConvThreads);
+        gdn_conv_gates_kernel<<<unsigned(blocks + gate_blocks), kConvThreads, 0, st>>>(
+            static_cast<const bf16 *>(qkv), ld, static_cast<const bf16 *>(w), positions, static_cast<bf16 *>(out), T,
+            channels, run, blocks, ga);
+        CS1_LAUNCHED();
+    }
+    if (channels > 0) {
+        launch_conv(qkv, ld, w, positions, out, T, channels, vec, st);
+        CS1_CUDA(cudaGetLastError());
+    }
+    if (H > 0) launch_gates(ga, T, st);
     CS1_LAUNCHED();
 }

@@ -36,6 +36,11 @@ trap finish EXIT
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
 
+# The old arm's Python steps run in ab_old with its own package, so the two builds may differ in ABI version.
+OLD_PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$PWD/ab_old#")
+arm_run() {  # arm_run old|new command...: the command in the arm's own checkout
+  if [ "$1" = old ]; then shift; (cd ab_old && PYTHONPATH=$OLD_PYTHONPATH "$@"); else shift; "$@"; fi
+}
 NEW=$PWD/target/libqwen3_5_cuda.so
 OLD=$PWD/ab_old/target/libqwen3_5_cuda.so
 ./build.sh target 90 >"$W/build_new.log" 2>&1 &
@@ -68,7 +73,7 @@ fi
 step kt && for i in $(seq 1 "$ROUNDS"); do
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
-    timeout 90 python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
+    arm_run $arm timeout 90 python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
       --output "$FINAL/kt-$arm-$i.json" >"$W/kt-$arm-$i.log" 2>&1
     say "kernel_times $arm $i: $(grep -E "T=|gdn_prefill" "$W/kt-$arm-$i.log" | tr -s ' ' | tr '\n' ' ')"
   done
@@ -76,7 +81,7 @@ done
 NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
 step ncu && for arm in old new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
   lib=$NEW; [ $arm = old ] && lib=$OLD
-  timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
+  arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
     --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
   say "ncu $arm rc=$?"
@@ -107,7 +112,7 @@ if step inprocess; then
   [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
-    timeout 120 python3 -m benchmarks.inprocess "$CKPT" --library "$lib" --graphs on --repeat 10 \
+    arm_run $arm timeout 120 python3 -m benchmarks.inprocess "$CKPT" --library "$lib" --graphs on --repeat 10 \
       --output "$FINAL/inprocess-$arm.json" >"$W/inprocess-$arm.log" 2>&1
     say "inprocess $arm rc=$?"
     grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
@@ -119,7 +124,7 @@ if step model; then
   say "test_model: $(tail -n1 "$W/test_model.log")"
 fi
 if step http; then
-  LIB_A=$OLD LIB_B=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http timeout "${HTTP_TIMEOUT:-300}" scripts/gpu_http_ab.sh \
+  DIR_A=ab_old LIB_A=$OLD LIB_B=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http timeout "${HTTP_TIMEOUT:-300}" scripts/gpu_http_ab.sh \
     >"$W/http.log" 2>&1
   say "http rc=$?"
   cp "$W/http/ab.txt" "$FINAL/ab.txt" 2>/dev/null && grep -E "^(p50|p95|mean|agreement|gate|server)" "$FINAL/ab.txt" | tee -a "$S"

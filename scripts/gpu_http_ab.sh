@@ -6,7 +6,8 @@
 #   OUT=<folder> [ARMS="A B"] [LIB_A=<a.so>] [LIB_B=<b.so>] [ENV_B="..."] [ROUNDS=3] [MANIFEST=...]
 #   [CKPT=/tmp/bench4b] scripts/gpu_http_ab.sh
 # ARMS names the arms (default "A B"; the first is the baseline every other arm is compared with). LIB_<arm>
-# defaults to target/libqwen3_5_cuda.so; ENV_<arm> adds environment settings to one server (e.g.
+# defaults to target/libqwen3_5_cuda.so; DIR_<arm> runs that arm's server from another checkout (its own package,
+# so builds of two ABI versions compare); ENV_<arm> adds environment settings to one server (e.g.
 # ENV_B="CS1_TOKEN_CACHE=0"), so a host-side lever is judged the same way. Arm i listens on port 8010 + i.
 # BURN_<arm>=n keeps n lowest-priority busy loops running during that arm's traversals (a probe of the machine's
 # idle wake-up latency: the same server with some CPUs kept awake).
@@ -45,8 +46,11 @@ for arm in "${ARMS[@]}"; do
   printf -v "$lib" '%s' "${!lib:-$PWD/target/libqwen3_5_cuda.so}"
   [ -f "${!lib}" ] || { echo "$lib is not a file: '${!lib}'" | tee -a "$T"; exit 2; }
   echo "arm $arm: library ${!lib}, environment '${!extra:-}', port $(port "$arm")" | tee -a "$T"
-  env ${!extra:-} python3 -m server --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" \
-    --port "$(port "$arm")" >"$W/server-$arm.log" 2>&1 &
+  dir=DIR_$arm  # the checkout whose server package this arm runs (default: this one)
+  src=$(cd "${!dir:-.}" && pwd)
+  (cd "$src" && PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$src#") exec env ${!extra:-} python3 -m server \
+    --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" --port "$(port "$arm")") \
+    >"$W/server-$arm.log" 2>&1 &
   pids+=($!)
 done
 for arm in "${ARMS[@]}"; do

@@ -54,6 +54,10 @@ for T in [int(a) for a in sys.argv[1:]]:
     lib.cs1_gdn_gates(ffi.cast("char *", proj) + 2 * (conv_dim + H * 128), ld_g,
                       f32(up(np.log(rng.uniform(0.05, 0.9, H)).astype(np.float32))),
                       f32(up(rng.uniform(-1, 1.5, H).astype(np.float32))), beta, g, T, H, stream)
+    lib.cs1_gdn_conv_gates(proj, ld_g, up(rb(conv_dim, 4, scale=0.5)), d_pos, conv, T, conv_dim,
+                           ffi.cast("char *", proj) + 2 * (conv_dim + H * 128),
+                           f32(up(np.log(rng.uniform(0.05, 0.9, H)).astype(np.float32))),
+                           f32(up(rng.uniform(-1, 1.5, H).astype(np.float32))), beta, g, H, stream)
     wsb = ffi.new("size_t *")
     lib.cs1_gdn_workspace_bytes(T, 3, H, wsb)
     ws, go = empty(int(wsb[0])), empty(T * H * 128 * 2)

@@ -60,7 +60,9 @@ class Library:
     """The loaded .so. Attribute access gives a checked wrapper: int-returning cs1_* functions raise Cs1Error
     on a non-zero status; other functions (version, strings) return their value as is."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, strict: bool = True):
+        """strict=False (A/B tools comparing builds across ABI versions only): a missing function or another ABI
+        version is allowed; calling a function the library lacks then raises AttributeError."""
         self.path = str(path)
         self.ffi = cffi.FFI()
         self.ffi.cdef(cdef_source())
@@ -74,10 +76,10 @@ class Library:
                 getattr(self.raw, name)
             except AttributeError:
                 missing.append(name)
-        if missing:
+        if missing and strict:
             raise RuntimeError(f"{self.path} lacks {', '.join(missing)}; rebuild it with ./build.sh")
         have, need = int(self.raw.cs1_abi_version()), header_abi_version()
-        if have != need:
+        if have != need and strict:
             raise RuntimeError(f"{self.path} has ABI version {have}, this package needs {need}; "
                                "rebuild it with ./build.sh")
         self._int_functions = set(re.findall(r"\bint\s+(cs1_\w+)\s*\(", cdef_source()))

@@ -332,9 +332,9 @@ class CudaBackend:
             if isinstance(m, _GdnLayer):
                 proj, ld = b["proj"], self.n_gdn
                 L.cs1_gemm(g, b["x"], h, m.w_in, proj, ld, T, self.n_gdn, h, s)
-                L.cs1_gdn_conv(proj, ld, m.conv_w, positions, b["conv"], T, self.conv_dim, s)
-                L.cs1_gdn_gates(proj + BF16 * (self.conv_dim + self.value_dim), ld, ffi.cast("float *", m.a_log),
-                                ffi.cast("float *", m.dt_bias), beta, gg, T, self.hv, s)
+                L.cs1_gdn_conv_gates(proj, ld, m.conv_w, positions, b["conv"], T, self.conv_dim,
+                                     proj + BF16 * (self.conv_dim + self.value_dim), ffi.cast("float *", m.a_log),
+                                     ffi.cast("float *", m.dt_bias), beta, gg, self.hv, s)
                 L.cs1_gdn_prefill(b["conv"], self.conv_dim, gg, beta, cu, n, b["gdn_o"], b["gdn_ws"],
                                   self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
                 L.cs1_gated_rms_norm(b["gdn_o"], proj + BF16 * self.conv_dim, ld, ffi.cast("float *", m.norm_w),

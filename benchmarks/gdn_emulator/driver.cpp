@@ -41,11 +41,21 @@ int main(int argc, char **argv) {
     const size_t obytes = T * H * 128 * 2;
     bf16 *o = (bf16 *)amalloc(obytes, 0xFF);
     const int64_t nc = (T + kC - 1) / kC + n;
-    emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
-               (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
+#ifdef GDN_PREP_INDEX  // prep blocks compute the index themselves up to kPrepIndexMaxSeqs prompts
+    const bool prep_indexes = n <= kPrepIndexMaxSeqs;
+#else
+    const bool prep_indexes = false;
+#endif
+    if (!prep_indexes)
+        emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
+                   (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
 #ifdef GDN_WALK_OUT  // prep zeroes the padding rows; the walk writes O itself when GDN_WALK_OUT is 1
     emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
-               (const float *)beta, int(n), int(T), int(H), int(HK), ws, lay, o);
+               (const float *)beta,
+#ifdef GDN_PREP_INDEX
+               (const int32_t *)(prep_indexes ? cu : nullptr),
+#endif
+               int(n), int(T), int(H), int(HK), ws, lay, o);
     if (n > 0)
         emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), scale, ws, lay,
                    o);

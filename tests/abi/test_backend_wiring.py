@@ -181,6 +181,10 @@ class FakeLibrary(abi.Library):
         self.view(g, np.float32, T * H)[:] = (-np.exp(al) * sp).astype(np.float32).reshape(-1)
         return 0
 
+    def cs1_gdn_conv_gates(self, qkv, ld, w, positions, out, T, C, ba, a_log, dt_bias, beta, g, H, s):
+        self.cs1_gdn_conv(qkv, ld, w, positions, out, T, C, s)
+        return self.cs1_gdn_gates(ba, ld, a_log, dt_bias, beta, g, T, H, s)
+
     def cs1_gdn_prefill(self, qkv, ld, g, beta, cu, n, o, ws, wsb, T, H, HK, scale, s):
         cuv = self.view(cu, np.int32, n + 1)
         x = self.bf(qkv, T, ld, ld)

@@ -318,6 +318,84 @@ def test_gates_match_reference(cs1, gpu, rng, t):
     assert g_rel.max() <= 4e-6
 
 
+# ---- conv and gates in one launch ------------------------------------------------------------------------------------
+
+def run_conv_gates(cs1, gpu, rows, ld, channels, h, w_bits, positions, a_log, dt_bias, byte_offset=0, combined=True,
+                   parts=("conv", "gates")):
+    """The forward's layout: q|k|v first and b|a in the last 2h columns of one bf16 row of stride ld. Returns conv
+    out, beta and g as raw bits, through cs1_gdn_conv_gates (combined; `parts` picks what it is asked for, the
+    other part gets channels or H = 0 and null pointers) or the two separate calls."""
+    t = rows.shape[0]
+    d_x = gpu.empty(rows.nbytes + 16, poison=False)
+    cs1.cs1_upload(d_x.at(byte_offset), gpu.ffi.from_buffer(rows), rows.nbytes, gpu.stream)
+    x, ba = d_x.at(byte_offset), d_x.at(byte_offset + 2 * (ld - 2 * h))
+    d_w, d_pos, d_alog, d_dt = gpu.upload(w_bits), gpu.upload(positions), gpu.upload(a_log), gpu.upload(dt_bias)
+    d_out, d_beta, d_g = gpu.empty(t * channels * 2), gpu.empty(t * h * 4), gpu.empty(t * h * 4)  # NaN-poisoned
+    conv = (x, ld, d_w.ptr, i32p(gpu, d_pos), d_out.ptr, t, channels)
+    gates = (ba, f32p(gpu, d_alog), f32p(gpu, d_dt), f32p(gpu, d_beta), f32p(gpu, d_g), h)
+    if combined:
+        null = gpu.ffi.NULL
+        c = conv if "conv" in parts else (null, ld, null, null, null, t, 0)
+        g = gates if "gates" in parts else (null,) * 5 + (0,)
+        st = cs1.raw.cs1_gdn_conv_gates(*c, *g, gpu.stream)
+        assert st == 0, cs1.error_string(st)
+    else:
+        cs1.cs1_gdn_conv(*conv, gpu.stream)
+        cs1.cs1_gdn_gates(ba, ld, *gates[1:5], t, h, gpu.stream)
+    gpu.sync()
+    return (gpu.download(d_out, np.uint16, (t, channels)), gpu.download(d_beta, np.uint32, (t, h)),
+            gpu.download(d_g, np.uint32, (t, h)))
+
+
+def conv_gates_inputs(rng, t, ld, channels, h):
+    rows = bf16_normal(rng, (t, ld), 2.0)
+    rows[:, ld - h:] += bf16.round_(rng.choice(np.float32([0.0, 18.0, 25.0, -30.0]), (t, h)))  # softplus regimes
+    lengths = [t] if t < 64 else [1, 2, 3, 5, t - 11]
+    return (bf16.to_bits(bf16.round_(rows)), bf16.to_bits(bf16_normal(rng, (channels, 4), 0.5)),
+            positions_for(lengths), np.log(rng.uniform(1.0, 16.0, h)).astype(np.float32),
+            rng.uniform(-7.0, 1.0, h).astype(np.float32))
+
+
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 4097])
+def test_conv_gates_equal_the_two_calls(cs1, gpu, rng, t):
+    """One launch (the forward's path) gives the bytes of cs1_gdn_conv + cs1_gdn_gates, which the tests above check
+    against float64; every output starts NaN-poisoned."""
+    channels, h, ld = 8192, 32, 12352  # the 4B's GDN projection row: q|k|v, z, then b|a in the last 64 columns
+    rows, w_bits, positions, a_log, dt_bias = conv_gates_inputs(rng, t, ld, channels, h)
+    one = run_conv_gates(cs1, gpu, rows, ld, channels, h, w_bits, positions, a_log, dt_bias)
+    two = run_conv_gates(cs1, gpu, rows, ld, channels, h, w_bits, positions, a_log, dt_bias, combined=False)
+    x = bf16.from_bits(rows).astype(np.float64)
+    check_conv(f"conv_gates T={t}", one[0], conv_reference(x[:, :channels], bf16.from_bits(w_bits).astype(np.float64),
+                                                            positions))
+    for name, a, b in zip(("conv", "beta", "g"), one, two, strict=True):
+        differ = int(np.count_nonzero(a != b))
+        print(f"conv_gates T={t}: {name} {differ} values differ from the two calls")
+        assert differ == 0, f"{name}: the combined call differs from the two calls"
+
+
+def test_conv_gates_unaligned_and_partial(cs1, gpu, rng):
+    """Not 16-byte aligned (two launches inside); each part alone (channels = 0 or H = 0); argument refusals."""
+    t, channels, h = 300, 8192, 32
+    ld = channels + 2 * h + 1  # odd stride: the scalar conv path
+    args = conv_gates_inputs(rng, t, ld, channels, h)
+    two = run_conv_gates(cs1, gpu, args[0], ld, channels, h, *args[1:], byte_offset=2, combined=False)
+    one = run_conv_gates(cs1, gpu, args[0], ld, channels, h, *args[1:], byte_offset=2)
+    conv_only = run_conv_gates(cs1, gpu, args[0], ld, channels, h, *args[1:], byte_offset=2, parts=("conv",))
+    gates_only = run_conv_gates(cs1, gpu, args[0], ld, channels, h, *args[1:], byte_offset=2, parts=("gates",))
+    for i, name in enumerate(("conv", "beta", "g")):
+        assert np.array_equal(one[i], two[i]), f"{name}: the combined call differs from the two calls"
+    assert np.array_equal(conv_only[0], two[0]) and np.array_equal(gates_only[1], two[1])
+    assert np.array_equal(gates_only[2], two[2])
+    assert np.isnan(bf16.from_bits(gates_only[0])).all(), "H-only call wrote conv output"
+    assert np.isnan(conv_only[1].view(np.float32)).all(), "conv-only call wrote gates"
+    null, d_out = gpu.ffi.NULL, gpu.empty(16)
+    call = cs1.raw.cs1_gdn_conv_gates
+    assert call(null, ld, null, null, null, t, 0, null, null, null, null, null, 0, gpu.stream) == 0  # nothing to do
+    assert call(null, ld, null, null, d_out.ptr, t, channels, null, null, null, null, null, 0, gpu.stream) == NULL
+    assert call(null, ld, null, null, null, t, 0, d_out.ptr, null, null, null, null, h, gpu.stream) == NULL
+    assert call(null, ld, null, null, null, -1, 0, null, null, null, null, null, 0, gpu.stream) == SHAPE
+
+
 # ---- prefill ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 700, 2048, 4097, 8192])
@@ -355,10 +433,12 @@ def test_prefill_packed_equals_separate_calls(cs1, gpu, rng):
         assert np.array_equal(alone, got[a:b]), f"prompt rows {a}:{b} differ from a separate call"
 
 
-def test_prefill_many_prompts(cs1, gpu, rng):
-    # more than 32 prompts: the chunk-offset scan runs over several warp-wide tiles
+@pytest.mark.parametrize("n", [40, 63, 64, 70])
+def test_prefill_many_prompts(cs1, gpu, rng, n):
+    # more than 32 prompts: the chunk-offset scan runs over several warp-wide tiles; up to 63 prompts every prep
+    # block computes it, from 64 the index kernel does
     h, hk = 8, 4
-    lengths = [int(n) for n in rng.integers(0, 150, 70)]
+    lengths = [int(n) for n in rng.integers(0, 150, n)]
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     t = int(cu[-1]) + 3
     bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
