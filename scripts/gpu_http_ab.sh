@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Interleaved HTTP A/B(/C/...) of library builds or server settings on one machine: every arm's server stays up on
-# the same GPU (one request at a time reaches any of them), and the measured traversals alternate A, B, C, A, B, C,
-# ... so that drift of the machine and the client hits all arms alike (separate server starts moved the same code's
-# Public231 p50 by up to 0.5 ms).
+# the same GPU (one request at a time reaches any of them), and the measured traversals alternate (A, B, C), then
+# (B, C, A), ...: the order rotates every round, so that drift of the machine and the client and the place in a
+# round hit all arms alike (separate server starts moved the same code's Public231 p50 by up to 0.5 ms).
 #   OUT=<folder> [ARMS="A B"] [LIB_A=<a.so>] [LIB_B=<b.so>] [ENV_B="..."] [ROUNDS=3] [MANIFEST=...]
 #   [CKPT=/tmp/bench4b] scripts/gpu_http_ab.sh
 # ARMS names the arms (default "A B"; the first is the baseline every other arm is compared with). LIB_<arm>
@@ -70,7 +70,10 @@ for arm in "${ARMS[@]}"; do
   run "$arm" feasibility "$arm-feas" || { echo "feasibility of $arm failed (ab.tar.xz)" | tee -a "$T"; exit 1; }
 done
 for ((r = 1; r <= ROUNDS; r++)); do
-  for arm in "${ARMS[@]}"; do
+  # round r starts with arm (r - 1) mod n: every arm runs first as often as second (session 8 measured the arm in
+  # second place ~0.1 ms slower at p50 with the same order in every round)
+  order=("${ARMS[@]:$(((r - 1) % ${#ARMS[@]}))}" "${ARMS[@]:0:$(((r - 1) % ${#ARMS[@]}))}")
+  for arm in "${order[@]}"; do
     burn=BURN_$arm spinners=()
     for ((k = 0; k < ${!burn:-0}; k++)); do nice -n 19 sh -c 'while :; do :; done' & spinners+=($!); done
     run "$arm" measured "$arm-t$r"
