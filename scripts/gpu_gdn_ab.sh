@@ -12,7 +12,7 @@
 #   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
-#   [HTTP_ROUNDS=4] scripts/gpu_gdn_ab.sh
+#   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] scripts/gpu_gdn_ab.sh
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
 # $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
 # runs included). Each step has its own timeout, and a failed step does not stop the later ones.
@@ -113,6 +113,7 @@ if step inprocess; then
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
     arm_run $arm timeout 120 python3 -m benchmarks.inprocess "$CKPT" --library "$lib" --graphs on --repeat 10 \
+      ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
       --output "$FINAL/inprocess-$arm.json" >"$W/inprocess-$arm.log" 2>&1
     say "inprocess $arm rc=$?"
     grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
