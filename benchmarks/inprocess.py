@@ -1,11 +1,16 @@
 """In-process single-prompt latency of a backend next to the physical floor.
 
     python -m benchmarks.inprocess CHECKPOINT [--lengths 128,512,...] [--backend cuda] [--output FILE.json]
+    python -m benchmarks.inprocess CHECKPOINT --library A.so --library-b B.so [...]   (A/B of two builds)
 
 For each length: one prompt of random token ids (never zeros), warm-up, then --repeat timed calls of
 backend.letter_logits (host clock around the whole call: upload, forward, 26-logit download). The floor is
 max(weight bytes / measured copy bandwidth, FLOPs / measured bf16 GEMM peak), both measured here with torch
 on the same GPU (skipped when torch has no CUDA).
+
+With --library-b, two CUDA backends (two builds of this package's ABI version) hold the model side by side and their
+calls alternate (A B, then B A, ...), so the machine's drift over a run (1-2 % between separate runs) hits both
+arms alike; each row then also gives the median of the per-round differences B - A.
 """
 
 from __future__ import annotations
@@ -79,12 +84,34 @@ def model_cost(ckpt, length: int) -> tuple[int, float]:
     return weight_bytes, 2.0 * linear_params * length + attn_flops
 
 
+def interleaved(calls, repeat: int, warmup: int) -> list[list[float]]:
+    """Time each zero-argument call `repeat` times in ms, the arms alternating A B, then B A, ... (warm-ups first)."""
+    for fn in calls:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in calls]
+    order = list(range(len(calls)))
+    for r in range(repeat):
+        for i in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            calls[i]()
+            times[i].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def summary(times: list[float]) -> dict:
+    s = sorted(times)
+    return {"p50_ms": statistics.median(s), "min_ms": s[0], "p95_ms": s[max(0, -(-len(s) * 95 // 100) - 1)]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("--lengths", default="128,512,1024,2048,4096,8192")
     p.add_argument("--backend", choices=["cuda", "reference"], default="cuda")
     p.add_argument("--library", default=None)
+    p.add_argument("--library-b", default=None,
+                   help="a second build (same ABI): A/B with the calls of the two alternated (CUDA backend only)")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -97,12 +124,16 @@ def main(argv=None) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     ceilings = measure_ceilings() if args.backend == "cuda" else {}
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs] if args.backend == "cuda" else [False]
+    if args.library_b and args.backend != "cuda":
+        p.error("--library-b needs the CUDA backend")
     if args.backend == "cuda":
         from startlux_native.cuda_backend import CudaBackend
-        backend = CudaBackend(ckpt, library=args.library, max_tokens=max(lengths), max_rows=4)
+        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4)
+                    for lib in [args.library] + ([args.library_b] if args.library_b else [])]
     else:
         from startlux_native.reference import ReferenceBackend
-        backend = ReferenceBackend(ckpt)
+        backends = [ReferenceBackend(ckpt)]
+    arms = "AB"[:len(backends)]
     rng = np.random.default_rng(args.seed)
     commit = os.environ.get("CS1_GIT_DESCRIBE") or subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
@@ -114,30 +145,33 @@ def main(argv=None) -> int:
         if ceilings:
             floor_ms = 1e3 * max(weight_bytes / ceilings["copy_bytes_per_s"], flops / ceilings["gemm_flops_per_s"])
         for graphs in modes:
-            if args.backend == "cuda":
-                backend.graphs_enabled = graphs
-            for _ in range(args.warmup):
-                backend.letter_logits([ids])
-            times = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                backend.letter_logits([ids])
-                times.append((time.perf_counter() - t0) * 1e3)
-            times.sort()
-            row = {"tokens": length, "graphs": graphs, "p50_ms": statistics.median(times), "min_ms": times[0],
-                   "p95_ms": times[max(0, -(-len(times) * 95 // 100) - 1)], "weight_bytes": weight_bytes,
-                   "flops": flops, "floor_ms": floor_ms,
-                   "ratio_to_floor": (statistics.median(times) / floor_ms) if floor_ms else None}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for backend in backends:
+                if args.backend == "cuda":
+                    backend.graphs_enabled = graphs
+            calls = [lambda b=backend, x=ids: b.letter_logits([x]) for backend in backends]
+            times = interleaved(calls, args.repeat, args.warmup)
+            for arm, t in zip(arms, times, strict=True):
+                row = {"tokens": length, "graphs": graphs, **summary(t), "weight_bytes": weight_bytes,
+                       "flops": flops, "floor_ms": floor_ms,
+                       "ratio_to_floor": (statistics.median(t) / floor_ms) if floor_ms else None}
+                if len(arms) > 1:
+                    row["arm"] = arm
+                    if arm == "B":  # paired by round: both calls of a round ran back to back
+                        row["paired_delta_ms"] = statistics.median(b - a for a, b in zip(times[0], t, strict=True))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     result = {"commit": commit, "checkpoint": str(Path(args.checkpoint).resolve()), "backend": args.backend,
+              "libraries": {arm: str(lib) for arm, lib in zip(arms, [args.library, args.library_b], strict=False)},
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
-    print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}")
+    print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}"
+          + ("  arm  B - A (paired) ms" if len(arms) > 1 else ""))
     for r in rows:
         fl = f"{r['floor_ms']:.3f}" if r["floor_ms"] else "-"
         ra = f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "-"
-        print(f"{r['tokens']:>7} {str(r['graphs']):>6} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} {ra:>8}")
+        ab = f"  {r['arm']:>3}  {r['paired_delta_ms']:+.4f}" if "paired_delta_ms" in r else (
+            f"  {r['arm']:>3}" if "arm" in r else "")
+        print(f"{r['tokens']:>7} {str(r['graphs']):>6} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} {ra:>8}{ab}")
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2))
     return 0

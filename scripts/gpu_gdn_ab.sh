@@ -8,11 +8,12 @@
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
 #   detail    the full Nsight sections of one prep and one walk launch of the new build at DETAIL_LENGTHS
-#   inprocess the in-process table of old and new
+#   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
+#   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
-#   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] scripts/gpu_gdn_ab.sh
+#   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] scripts/gpu_gdn_ab.sh
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
 # $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
 # runs included). Each step has its own timeout, and a failed step does not stop the later ones.
@@ -118,6 +119,14 @@ if step inprocess; then
     say "inprocess $arm rc=$?"
     grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
   done
+fi
+if step inab; then
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  timeout 240 python3 -m benchmarks.inprocess "$CKPT" --library "$OLD" --library-b "$NEW" --graphs on \
+    --repeat "${INAB_REPEAT:-40}" ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
+    --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
+  say "inprocess A/B (A = old, B = new, alternated) rc=$?"
+  grep -E "^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
 fi
 if step model; then
   CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_model.py \
