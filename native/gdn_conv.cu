@@ -42,11 +42,11 @@ __device__ __forceinline__ void conv_row(const Pack8 *win, int i, const float *w
     *reinterpret_cast<Pack8 *>(dst) = o;
 }
 
-// One thread per (run of `run` consecutive rows, 8 channels): the 32 weights stay in registers and each input row is
-// loaded once (plus a 3-row halo at the run start), where one thread per row reloaded the weights and every row 4
-// times. Rows go 4 at a time with the next 4 rows already loading (double buffer); <= 128 registers (4 blocks per SM)
-// leaves enough warps to overlap the SiLU arithmetic with the loads.
-// The conv's work for block `block` of `blocks` (grid-stride over the runs).
+// The conv's work for block `block` of `blocks` (grid-stride over the runs). One thread per (run of `run`
+// consecutive rows, 8 channels): the 32 weights stay in registers and each input row is loaded once (plus a 3-row
+// halo at the run start), where one thread per row reloaded the weights and every row 4 times. Rows go 4 at a time
+// with the next 4 rows already loading (double buffer); <= 128 registers (4 blocks per SM) leaves enough warps to
+// overlap the SiLU arithmetic with the loads.
 __device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ w,
                                           const int32_t *__restrict__ positions, bf16 *__restrict__ out, int64_t T,
                                           int64_t channels, int run, int64_t block, int64_t blocks) {
