@@ -27,6 +27,7 @@ CKPT=${CKPT:-/tmp/bench4b}
 M=${MANIFEST:-benchmarks/manifests/public231.jsonl}
 ROUNDS=${ROUNDS:-3}
 T=$FINAL/ab.txt
+: >"$T"  # a fresh report (tee -a below appends)
 pids=()
 finish() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
