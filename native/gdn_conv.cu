@@ -265,7 +265,7 @@ extern "C" int cs1_gdn_conv_gates(const void *qkv, int64_t ld, const void *w, co
     if (vec && H > 0) {  // the forward's case: one launch
         int run = 0;
         const int64_t blocks = conv_blocks(T, channels, &run);
-        const int64_t gate_blocks = cs1_grid((T * H + kConvThreads - 1) / kConvThreads);
+        const int64_t gate_blocks = blocks_for(T * H, kConvThreads);
         gdn_conv_gates_kernel<<<unsigned(blocks + gate_blocks), kConvThreads, 0, st>>>(
             static_cast<const bf16 *>(qkv), ld, static_cast<const bf16 *>(w), positions, static_cast<bf16 *>(out), T,
             channels, run, blocks, ga);
