@@ -3,6 +3,12 @@ measured is host work (HTTP, parse, validate, render, tokenize, read-out, respon
 
     python -m benchmarks.host_path [--manifest FILE] [--traversals 3] [--warmup 1] [--output FILE.json]
         [--server-arg=--flag ...] [--b-server-arg=--flag ...]
+    python -m benchmarks.host_path serve [server flags]        (the server alone, for another client; --demo
+                                                               unless --checkpoint is given)
+    python -m benchmarks.host_path gap RUN_DIR... SERVER_LOG   (bench.py runs: client minus the server's total)
+
+HOST_PATH_FAKE_FORWARD="<ms>:sleep" or "<ms>:poll" (in the server's environment) makes the fake forward wait, to
+imitate a forward's idle time on a machine without a GPU.
 
 Starts `python -m benchmarks.host_path serve` (= `python -m server --demo` with server.loading.BACKEND_OVERRIDE set
 to InstantBackend: the demo checkpoint's real tokenizer, prompt renderer and read-out, no forward) on a free port,
@@ -44,15 +50,44 @@ STAGES = ("read", "parse", "validate", "handoff", "render", "tokenize", "forward
 TABLE_ROWS = 4096
 
 
+FAKE_FORWARD_ENV = "HOST_PATH_FAKE_FORWARD"  # "<ms>:sleep" or "<ms>:poll": the fake forward's duration and wait
+
+
+def fake_forward_wait(spec: str | None):
+    """The wait the instant backend makes per call, to imitate a forward's idle time without a GPU.
+
+    "sleep": one time.sleep (the thread blocks, as a blocking CUDA sync would). "poll": time.sleep(0) in a loop until
+    the time is up (the thread stays runnable and lets the GIL go between polls, as the CUDA driver's spin-wait
+    inside a cffi call does). None or "" or "0": no wait."""
+    if not spec or spec == "0":
+        return None
+    ms, _, how = spec.partition(":")
+    seconds = float(ms) / 1000
+    if how not in ("sleep", "poll") or not seconds > 0:
+        raise SystemExit(f"{FAKE_FORWARD_ENV}={spec!r}: expected '<ms>:sleep' or '<ms>:poll' with ms > 0")
+    if how == "sleep":
+        return lambda: time.sleep(seconds)
+
+    def poll():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            time.sleep(0)
+    return poll
+
+
 class InstantBackend:
-    """A Backend that computes nothing: each row's 26 logits are a table row chosen by crc32 of its token ids."""
+    """A Backend that computes nothing: each row's 26 logits are a table row chosen by crc32 of its token ids
+    (after an optional fake wait, `HOST_PATH_FAKE_FORWARD`)."""
 
     name = "instant-fake"
 
     def __init__(self, checkpoint=None, seed: int = 0):
         self._table = np.random.default_rng(seed).normal(0.0, 2.0, (TABLE_ROWS, 26)).astype(np.float32)
+        self._wait = fake_forward_wait(os.environ.get(FAKE_FORWARD_ENV))
 
     def letter_logits(self, rows) -> np.ndarray:
+        if self._wait is not None:
+            self._wait()
         return self._table[[zlib.crc32(np.ascontiguousarray(r, dtype=np.int32).tobytes()) % TABLE_ROWS
                             for r in rows]]
 
@@ -61,12 +96,14 @@ class InstantBackend:
 
 
 def serve(argv: list[str]) -> int:
-    """The server process: the demo server with the instant backend installed."""
+    """The server process with the instant backend installed: the demo checkpoint's tokenizer and template, or those
+    of --checkpoint when it is given (its weights are never read)."""
     from server import __main__ as server_main
     from server import loading
 
     loading.BACKEND_OVERRIDE = InstantBackend
-    return server_main.main(["--demo", *argv])
+    has_checkpoint = any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in argv)
+    return server_main.main(argv if has_checkpoint else ["--demo", *argv])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,10 +268,45 @@ def run(args) -> int:
     return 0
 
 
+def logged_requests(log_text: str) -> list[tuple[int, float]]:
+    """(input_tokens, total_ms) of every answered POST /v1/systemone, in order, from the server's log lines."""
+    return [(int(t), float(ms)) for t, ms in
+            re.findall(r"path=/v1/systemone status=200 .*?input_tokens=(\d+) .*?total_ms=([0-9.]+)", log_text)]
+
+
+def gap(run_dirs: list[str], server_log: str) -> int:
+    """`gap RUN_DIR... SERVER_LOG`: bench.py runs against one server: client latency minus the server's own total
+    (total_ms of its log line). Each run is found in the log as its sequence of input_tokens, after the previous
+    run's (bench.py's warm-ups come first and are skipped)."""
+    logged = logged_requests(Path(server_log).read_text(errors="replace"))
+    client, app_ms, start = [], [], 0
+    for d in run_dirs:
+        rows = [json.loads(line) for line in (Path(d) / "responses.jsonl").read_text().splitlines() if line.strip()]
+        if not rows or not all(r["ok"] for r in rows):
+            raise SystemExit(f"{d}: no requests, or not every request succeeded")
+        tokens = [r["input_tokens"] for r in rows]
+        at = next((i for i in range(start, len(logged) - len(rows) + 1)
+                   if [t for t, _ in logged[i:i + len(rows)]] == tokens), None)
+        if at is None:
+            raise SystemExit(f"{d}: its requests are not in {server_log} (in order, after the previous run's)")
+        client += [r["latency_ms"] for r in rows]
+        app_ms += [ms for _, ms in logged[at:at + len(rows)]]
+        start = at + len(rows)
+    for name, vals in (("client", client), ("server", app_ms),
+                       ("client-server", [c - a for c, a in zip(client, app_ms, strict=True)])):
+        q = quantiles(vals)
+        print(f"{name:<14} p50 {q['p50']:8.3f}  p95 {q['p95']:8.3f}  mean {q['mean']:8.3f} ms  ({len(vals)} requests)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
+    if argv[:1] == ["gap"]:
+        if len(argv) < 3:
+            raise SystemExit("usage: python -m benchmarks.host_path gap RUN_DIR [RUN_DIR ...] SERVER_LOG")
+        return gap(argv[1:-1], argv[-1])
     ap = argparse.ArgumentParser(prog="python -m benchmarks.host_path", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", default=str(DEFAULT_MANIFEST))

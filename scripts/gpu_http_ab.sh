@@ -9,6 +9,8 @@
 # defaults to target/libqwen3_5_cuda.so; DIR_<arm> runs that arm's server from another checkout (its own package,
 # so builds of two ABI versions compare); ENV_<arm> adds environment settings to one server (e.g.
 # ENV_B="CS1_TOKEN_CACHE=0"), so a host-side lever is judged the same way. Arm i listens on port 8010 + i.
+# SERVE_<arm> runs another server module with the same flags (e.g. SERVE_B="benchmarks.host_path serve": the instant
+# fake backend, with the checkpoint's tokenizer; ENV_B="HOST_PATH_FAKE_FORWARD=5:poll" gives it a fake forward).
 # BURN_<arm>=n keeps n lowest-priority busy loops running during that arm's traversals (a probe of the machine's
 # idle wake-up latency: the same server with some CPUs kept awake).
 # (BACKEND=reference with a small CKPT and META_SET="--set gpu=none --set driver=none --set checkpoint_revision=x"
@@ -46,10 +48,13 @@ for arm in "${ARMS[@]}"; do
   lib=LIB_$arm extra=ENV_$arm
   printf -v "$lib" '%s' "${!lib:-$PWD/target/libqwen3_5_cuda.so}"
   [ -f "${!lib}" ] || { echo "$lib is not a file: '${!lib}'" | tee -a "$T"; exit 2; }
-  echo "arm $arm: library ${!lib}, environment '${!extra:-}', port $(port "$arm")" | tee -a "$T"
+  serve=SERVE_$arm
+  echo "arm $arm: library ${!lib}, environment '${!extra:-}', server ${!serve:-server}, port $(port "$arm")" \
+    | tee -a "$T"
   dir=DIR_$arm  # the checkout whose server package this arm runs (default: this one)
+  serve=SERVE_$arm
   src=$(cd "${!dir:-.}" && pwd)
-  (cd "$src" && PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$src#") exec env ${!extra:-} python3 -m server \
+  (cd "$src" && PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$src#") exec env ${!extra:-} python3 -m ${!serve:-server} \
     --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" --port "$(port "$arm")") \
     >"$W/server-$arm.log" 2>&1 &
   pids+=($!)
@@ -86,6 +91,10 @@ joined() { ls -d "$R/$1"-t* | paste -sd,; }
 for arm in "${ARMS[@]:1}"; do
   echo "== ${ARMS[0]} vs $arm" | tee -a "$T"
   python3 benchmarks/bench.py compare "$(joined "${ARMS[0]}")" "$(joined "$arm")" | tee -a "$T"
+done
+for arm in "${ARMS[@]}"; do  # the client's remainder: client latency minus the server's own total, request by request
+  echo "== $arm: client - server" | tee -a "$T"
+  python3 -m benchmarks.host_path gap $(ls -d "$R/$arm"-t* | sort -V) "$W/server-$arm.log" | tee -a "$T"
 done
 for arm in "${ARMS[@]}"; do  # the server's own medians: what the change moved, without the client
   python3 - "$W/server-$arm.log" "$arm" <<'EOF' | tee -a "$T"
