@@ -520,6 +520,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         }
         __syncthreads();
         const float gam_last = cur.gam[kC - 1];
+        // S = 0 entering a prompt's first chunk, so W S and Q_raw S are exact zeros there and their MMAs are skipped;
+        // the state leaving the last chunk is never read, so its update is skipped (the same bytes either way)
+        const bool first = c == c_begin, last = c + 1 == c_end;
         const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
         float oacc[2][4] = {};
         if constexpr (kOut) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
@@ -527,6 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
             float big[2][4] = {}, small[2][4] = {};
+            if (!first)
 #pragma unroll 4
             for (int k0 = 0; k0 < kD; k0 += 8) {
                 uint32_t ah[4], al[4], aq[4];
@@ -574,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
             }
         }
         __syncthreads();
-        {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
+        if (!last) {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
             const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
             const int r0 = 16 * warp;
             float big[4][4] = {}, small[4][4] = {};
