@@ -74,6 +74,7 @@ async def systemone(request: Request) -> Response:
     schema.validate_request(obj, rt.settings.max_questions)
     t3 = time.perf_counter()
     ctx["questions"] = len(obj["questions"])
+    ctx["body_bytes"] = len(raw) if encoding == "identity" else None  # --inline-max-bytes: plain bodies only
     answers, usage, queue_s, gpu_s = await rt.decide(obj["state"], obj["questions"], ctx)
     ctx.update(input_tokens=usage.get("input_tokens"), queue_ms=queue_s * 1000, gpu_ms=gpu_s * 1000)
     t4 = time.perf_counter()

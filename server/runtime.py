@@ -1,7 +1,9 @@
 """The serving state machine: loading → ready → draining (SIGTERM) or failed (sticky device error / load failure).
 
-Everything that touches the engine runs on the GPU worker thread; state changes happen on the event loop (the
-worker reports back through call_soon_threadsafe). `tick()` is polled by the uvicorn server every 0.1 s and says
+Everything that touches the engine runs on the GPU worker thread, except a short request that finds nothing else
+admitted when --inline-max-bytes allows it: that one runs on the event loop itself, which saves the two thread
+wake-ups of the hand-off. State changes happen on the event loop (the worker reports back through
+call_soon_threadsafe). `tick()` is polled by the uvicorn server every 0.1 s and says
 when the process should stop serving; `exit_code` is what it exits with.
 """
 
@@ -51,6 +53,7 @@ class Runtime:
         self.debug_load_delay = _env_float("CS1_DEBUG_LOAD_DELAY_S")
         self.debug_fault = os.environ.get("CS1_DEBUG_FAULT", "").strip().lower() or None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_bound = False  # the backend's device made current on the loop thread (first inline request)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -175,15 +178,39 @@ class Runtime:
         done = time.perf_counter()
         return answers, usage, started - submitted, done - started, timings, done
 
+    def _inline_ok(self, body_bytes) -> bool:
+        """Whether this request may run on the event loop: short, nothing else admitted, the worker idle, no testing
+        aid that needs the worker (a delay there would stall the loop)."""
+        limit = self.settings.inline_max_bytes
+        return (limit > 0 and body_bytes is not None and body_bytes <= limit and self.admission.admitted == 0
+                and self.worker.busy_since is None and not self.worker.stop_starting and self.state == READY
+                and not self.debug_delay and not self.debug_fault)
+
+    def _decide_inline(self, state, questions):
+        try:
+            if not self._loop_bound:
+                bind = getattr(self.loaded.engine.backend, "bind_thread", None)
+                if bind is not None:
+                    bind()
+                self._loop_bound = True
+            return self._decide_job(state, questions, time.perf_counter())
+        finally:
+            self.admission.release()
+
     async def decide(self, state, questions, context: dict):
-        """Admitted → queued → engine. Returns (answers, usage, queue_s, gpu_s) or raises HttpError."""
+        """Admitted → queued → engine (on the loop when _inline_ok). Returns (answers, usage, queue_s, gpu_s) or
+        raises HttpError."""
         from startlux_native.errors import RequestRefused
 
+        inline = self._inline_ok(context.get("body_bytes"))
         if not self.admission.try_acquire():
             raise self.busy()
         try:
-            answers, usage, queue_s, gpu_s, timings, done = await run_admitted(
-                self.worker, self.admission, self._decide_job, state, questions, time.perf_counter())
+            if inline:
+                answers, usage, queue_s, gpu_s, timings, done = self._decide_inline(state, questions)
+            else:
+                answers, usage, queue_s, gpu_s, timings, done = await run_admitted(
+                    self.worker, self.admission, self._decide_job, state, questions, time.perf_counter())
         except RequestRefused as exc:
             raise HttpError(exc.status, exc.error, detail=exc.detail(), type=exc.type) from None
         except Draining:

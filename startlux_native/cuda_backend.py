@@ -363,6 +363,11 @@ class CudaBackend:
                              N_LETTERS, logits, h, eps, s)
         L.cs1_download_async(self.host_logits, b["logits"], n * N_LETTERS * F32, s)
 
+    def bind_thread(self) -> None:
+        """Make this backend's device current on the calling thread (the CUDA runtime's current device is per
+        thread); a thread other than the one that built the backend calls it once before letter_logits."""
+        self._call("cs1_set_device", self.device)
+
     def letter_logits(self, rows: Sequence[np.ndarray]) -> np.ndarray:
         if len(rows) == 0:
             return np.zeros((0, N_LETTERS), dtype=np.float32)
