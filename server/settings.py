@@ -33,7 +33,7 @@ class Settings:
     event_loop: str = "auto"
     token_cache: int = 1024
     parallel_tokenize: bool = True
-    inline_max_bytes: int = 0
+    inline_max_bytes: int = 4096
 
     def public(self) -> dict:
         """For /info and the start-up log (no secrets exist today; keep it that way)."""
