@@ -62,7 +62,10 @@ def fake_forward_wait(spec: str | None):
     if not spec or spec == "0":
         return None
     ms, _, how = spec.partition(":")
-    seconds = float(ms) / 1000
+    try:
+        seconds = float(ms) / 1000
+    except ValueError:
+        seconds = float("nan")
     if how not in ("sleep", "poll") or not seconds > 0:
         raise SystemExit(f"{FAKE_FORWARD_ENV}={spec!r}: expected '<ms>:sleep' or '<ms>:poll' with ms > 0")
     if how == "sleep":

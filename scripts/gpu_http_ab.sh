@@ -52,7 +52,6 @@ for arm in "${ARMS[@]}"; do
   echo "arm $arm: library ${!lib}, environment '${!extra:-}', server ${!serve:-server}, port $(port "$arm")" \
     | tee -a "$T"
   dir=DIR_$arm  # the checkout whose server package this arm runs (default: this one)
-  serve=SERVE_$arm
   src=$(cd "${!dir:-.}" && pwd)
   (cd "$src" && PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$src#") exec env ${!extra:-} python3 -m ${!serve:-server} \
     --checkpoint "$CKPT" --backend "${BACKEND:-cuda}" --library "${!lib}" --port "$(port "$arm")") \
