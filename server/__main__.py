@@ -22,6 +22,9 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: Runtime):
         super().__init__(config)
         self.runtime = runtime
+        # uvicorn's live request tasks (this request's included): --inline-max-bytes leaves a request to the GPU
+        # thread when others are in the server, so their host work overlaps its forward
+        runtime.request_tasks = lambda: len(self.server_state.tasks)
 
     def handle_exit(self, sig, frame) -> None:
         if self.runtime.drain_requested:

@@ -54,6 +54,7 @@ class Runtime:
         self.debug_fault = os.environ.get("CS1_DEBUG_FAULT", "").strip().lower() or None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_bound = False  # the backend's device made current on the loop thread (first inline request)
+        self.request_tasks = None  # set by the uvicorn server: how many requests it holds now (this one included)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -179,10 +180,12 @@ class Runtime:
         return answers, usage, started - submitted, done - started, timings, done
 
     def _inline_ok(self, body_bytes) -> bool:
-        """Whether this request may run on the event loop: short, nothing else admitted, the worker idle, no testing
+        """Whether this request may run on the event loop: short, nothing else admitted, no other request in the
+        server (its host work would wait for this forward instead of overlapping it), the worker idle, no testing
         aid that needs the worker (a delay there would stall the loop)."""
         limit = self.settings.inline_max_bytes
         return (limit > 0 and body_bytes is not None and body_bytes <= limit and self.admission.admitted == 0
+                and (self.request_tasks is None or self.request_tasks() <= 1)
                 and self.worker.busy_since is None and not self.worker.stop_starting and self.state == READY
                 and not self.debug_delay and not self.debug_fault)
 

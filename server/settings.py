@@ -97,10 +97,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
                                 "server process; long evidence is cut at safe line breaks into parts, so a "
                                 "2,000-token prompt tokenizes ~3x faster on 16 cores; the ids are the same)"),
     ("inline-max-bytes", _nonnegative_int, "run a request on the event loop itself, without the GPU thread's hand-off "
-                                           "(two thread wake-ups, ~0.2 ms on the H200 machine), when nothing else "
-                                           "is admitted and its body has at most this many bytes (0 = every request "
-                                           "goes through the GPU thread). The loop answers nothing else meanwhile, "
-                                           "so keep it to short prompts"),
+                                           "(two thread wake-ups, ~0.2 ms on the H200 machine), when it is the only "
+                                           "request in the server and its body has at most this many bytes (0 = "
+                                           "every request goes through the GPU thread). The loop answers nothing "
+                                           "else meanwhile, so keep it to short prompts"),
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio")}

@@ -75,6 +75,14 @@ def test_inline_never_when_anything_else_is_admitted_or_running():
     assert rt._inline_ok(100)
 
 
+def test_inline_never_when_the_server_holds_another_request():
+    rt = ready_runtime()
+    rt.request_tasks = lambda: 2  # uvicorn holds another request (its host work should overlap this forward)
+    assert not rt._inline_ok(100)
+    rt.request_tasks = lambda: 1  # this request alone
+    assert rt._inline_ok(100)
+
+
 def test_inline_never_with_a_testing_aid_that_needs_the_worker():
     rt = ready_runtime()
     rt.debug_delay = 0.5
