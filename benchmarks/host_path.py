@@ -185,9 +185,15 @@ def traverse(client, bodies, record: bool) -> tuple[list[float], list[dict], lis
     return totals, stages, answers
 
 
+def logged_requests(log_text: str) -> list[tuple[int, float]]:
+    """(input_tokens, total_ms) of every answered POST /v1/systemone, in order, from the server's log lines."""
+    return [(int(t), float(ms)) for t, ms in
+            re.findall(r"path=/v1/systemone status=200 .*?input_tokens=(\d+) .*?total_ms=([0-9.]+)", log_text)]
+
+
 def server_totals(log_text: str) -> list[float]:
     """total_ms of every answered POST /v1/systemone, in order, from the server's per-request log lines."""
-    return [float(m.group(1)) for m in re.finditer(r"path=/v1/systemone status=200 .*?total_ms=([0-9.]+)", log_text)]
+    return [ms for _, ms in logged_requests(log_text)]
 
 
 def summarise(totals: list[float], stages: list[dict], app_ms: list[float]) -> dict:
@@ -269,12 +275,6 @@ def run(args) -> int:
     if args.output:
         Path(args.output).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-def logged_requests(log_text: str) -> list[tuple[int, float]]:
-    """(input_tokens, total_ms) of every answered POST /v1/systemone, in order, from the server's log lines."""
-    return [(int(t), float(ms)) for t, ms in
-            re.findall(r"path=/v1/systemone status=200 .*?input_tokens=(\d+) .*?total_ms=([0-9.]+)", log_text)]
 
 
 def gap(run_dirs: list[str], server_log: str) -> int:
