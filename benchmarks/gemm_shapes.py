@@ -84,8 +84,8 @@ class Bench:
         self.lib.cs1_gemm(self.handles[which], x, K, w, y, N, M, N, K, self.stream)
 
     def plan_info(self, which: str, M: int, N: int, K: int) -> tuple[int, float]:
-        idx, us = self.ffi.new("int32_t *"), self.ffi.new("float *")
-        self.lib.cs1_gemm_plan_info(self.handles[which], M, N, K, idx, us)
+        idx, rows, us = self.ffi.new("int32_t *"), self.ffi.new("int64_t *"), self.ffi.new("float *")
+        self.lib.cs1_gemm_plan_info(self.handles[which], M, N, K, idx, rows, us)
         return int(idx[0]), float(us[0])
 
     def capture(self, which: str, x, pool: list, y, M: int, N: int, K: int, calls: int):

@@ -10,7 +10,9 @@ on the same GPU (skipped when torch has no CUDA).
 
 With --library-b, two CUDA backends (two builds of this package's ABI version) hold the model side by side and their
 calls alternate (A B, then B A, ...), so the machine's drift over a run (1-2 % between separate runs) hits both
-arms alike; each row then also gives the median of the per-round differences B - A.
+arms alike; each row then also gives the median of the per-round differences B - A. --gemm-pins-b alone makes the
+same kind of A/B with one build: arm B differs only in its GEMM pin table (--gemm-pins is arm A's; "auto", "off"
+or a table's path, see startlux_native.gemm_pins).
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ def main(argv=None) -> int:
     p.add_argument("--library", default=None)
     p.add_argument("--library-b", default=None,
                    help="a second build (same ABI): A/B with the calls of the two alternated (CUDA backend only)")
+    p.add_argument("--gemm-pins", default="auto", help="arm A's GEMM pin table: auto, off or a path (default auto)")
+    p.add_argument("--gemm-pins-b", default=None,
+                   help="arm B's GEMM pin table (default: arm A's); with it alone, arm B runs arm A's library")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -124,12 +129,19 @@ def main(argv=None) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     ceilings = measure_ceilings() if args.backend == "cuda" else {}
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs] if args.backend == "cuda" else [False]
-    if args.library_b and args.backend != "cuda":
-        p.error("--library-b needs the CUDA backend")
+    if (args.library_b or args.gemm_pins_b) and args.backend != "cuda":
+        p.error("--library-b and --gemm-pins-b need the CUDA backend")
     if args.backend == "cuda":
+        from startlux_native import abi
         from startlux_native.cuda_backend import CudaBackend
-        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4)
-                    for lib in [args.library] + ([args.library_b] if args.library_b else [])]
+        lib_a = abi.load(str(abi.library_path(args.library)))
+        arms_cfg = [(lib_a, args.gemm_pins)]
+        if args.library_b or args.gemm_pins_b:
+            arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins))
+        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins)
+                    for lib, pins in arms_cfg]
+        for arm, b in zip("AB", backends, strict=False):
+            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}", flush=True)
     else:
         from startlux_native.reference import ReferenceBackend
         backends = [ReferenceBackend(ckpt)]
@@ -162,6 +174,7 @@ def main(argv=None) -> int:
                 print(json.dumps(row), flush=True)
     result = {"commit": commit, "checkpoint": str(Path(args.checkpoint).resolve()), "backend": args.backend,
               "libraries": {arm: str(lib) for arm, lib in zip(arms, [args.library, args.library_b], strict=False)},
+              "gemm_pins": {arm: getattr(b, "gemm_pins_state", None) for arm, b in zip(arms, backends, strict=True)},
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
     print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}"

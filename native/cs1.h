@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 4
+#define CS1_ABI_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,8 +183,18 @@ int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int
              int64_t K, void *stream);
 /* opt-in: new plans time `candidates` heuristics on the call's operands and wait for the stream; 0 = off (gemm.cu) */
 int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
-/* a plan's winning heuristic rank (0 = first) and median us (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
-int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index, float *tuned_us);
+/* Pin the plans this handle makes from now on for (M, N, K), any ld or alignment, to cuBLASLt's heuristic #rank
+ * (0..63) of the same problem asked at query_rows rows (a table measured offline: benchmarks/gemm_pins.py). If that
+ * algorithm does not exist, fails cublasLtMatmulAlgoCheck at M rows or needs more workspace than the handle has,
+ * the plan is the default one. Plans made before stay; tuning (cs1_gemm_tune), when on, ignores pins.
+ * rank < 0 removes the pin. */
+int cs1_gemm_pin(void *gemm, int64_t M, int64_t N, int64_t K, int64_t query_rows, int32_t rank);
+/* cublasLtGetVersion() of the cuBLASLt loaded: a pin table is only valid for the version it was measured with */
+int cs1_gemm_blas_version(size_t *version);
+/* a plan's heuristic rank (0 = first), the rows its heuristic list was asked at (M unless a pin applied) and its
+ * median us while tuning (-1: untimed); CS1_ERR_SHAPE if (M, N, K) has none */
+int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index, int64_t *query_rows,
+                       float *tuned_us);
 /* The weight-streaming kernel (gemm_stream.cu: Hopper TMA + wgmma, every block holds all M rows) with an explicit
  * configuration: block_n output columns per block (64, 80, 96, 128 or 144), the K range split `splits` ways
  * (1..16; splits > 1 adds fp32 partials from the handle's workspace in a fixed order, so results are deterministic;

@@ -18,6 +18,12 @@
 // waits would break it). candidates = 0 turns tuning off again; existing plans are kept either way.
 // cs1_gemm_plan_info reports the winner's rank and median (-1 when untimed) of the lowest-(ldx, ldy) plan of an
 // (M, N, K).
+//
+// Pins (cs1_gemm_pin): a fixed choice per (M, N, K), measured once offline (benchmarks/gemm_pins.py) and replayed
+// at every start without timing. A pin names heuristic #rank of the same problem asked at query_rows rows: at some
+// M cuBLASLt's list for a nearby row count holds a faster algorithm than its list for M itself (out/o at 160 rows,
+// lever 30). The algorithm must pass cublasLtMatmulAlgoCheck at M rows and fit the workspace, else the plan falls
+// back to the default (plan_info then reports query_rows = M, rank 0). Tuning, when on, ignores pins.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -40,11 +46,15 @@ struct Plan {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo;
     int32_t algo_index = 0;   // heuristic rank of algo (0 = cuBLASLt's first choice)
+    int64_t query_rows = 0;   // the row count whose heuristic list held algo (M unless a pin applied)
     float tuned_us = -1.0f;   // median time of the winner while tuning; -1 when the plan was not timed
 };
 
 // (M, N, K, ldx, ldy, alignment of x, w, y)
 typedef std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int> PlanKey;
+// (M, N, K) -> (query_rows, rank)
+typedef std::tuple<int64_t, int64_t, int64_t> ShapeKey;
+typedef std::pair<int64_t, int32_t> Pin;
 
 struct Gemm {
     cublasLtHandle_t handle = nullptr;
@@ -52,6 +62,7 @@ struct Gemm {
     size_t workspace_bytes = 0;
     std::mutex mutex;
     std::map<PlanKey, Plan> plans;
+    std::map<ShapeKey, Pin> pins;
     int32_t tune_candidates = 0;  // 0 = no tuning (first heuristic)
     int32_t tune_repeats = 0;
     void *flush = nullptr;        // tuning only: overwritten before each timed call so weights come from HBM
@@ -205,6 +216,49 @@ int tune_plan(Gemm &g, Plan &plan, const std::vector<cublasLtMatmulHeuristicResu
     return 0;
 }
 
+// cuBLASLt's first `wanted` algorithms for (op, a, b, d), failed entries dropped.
+int heuristics(Gemm &g, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int wanted,
+               std::vector<cublasLtMatmulHeuristicResult_t> &results) {
+    results.assign((size_t)wanted, cublasLtMatmulHeuristicResult_t());
+    int found = 0;
+    CS1_BLAS(cublasLtMatmulAlgoGetHeuristic(g.handle, op, a, b, d, d, pref, wanted, results.data(), &found));
+    results.resize((size_t)std::max(0, std::min(found, wanted)));
+    results.erase(std::remove_if(results.begin(), results.end(),
+                                 [](const cublasLtMatmulHeuristicResult_t &r) {
+                                     return r.state != CUBLAS_STATUS_SUCCESS;
+                                 }),
+                  results.end());
+    return 0;
+}
+
+// Replaces plan.algo with heuristic #pin.second of the problem asked at pin.first rows, when that algorithm exists,
+// passes cublasLtMatmulAlgoCheck at the plan's own rows and fits the workspace; otherwise (a failed query
+// included) the plan stays as it is. Only a failure to make the layouts is returned.
+int apply_pin(Gemm &g, Plan &plan, cublasLtMatmulPreference_t pref, int64_t K, int64_t N, int64_t ldx, int64_t ldy,
+              const Pin &pin) {
+    const int64_t rows = pin.first;
+    const int rank = pin.second;
+    cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+    int st = blas(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, (uint64_t)K, (uint64_t)rows, ldx));
+    if (!st) st = blas(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, (uint64_t)N, (uint64_t)rows, ldy));
+    std::vector<cublasLtMatmulHeuristicResult_t> results;
+    const bool listed = !st && heuristics(g, plan.op, plan.a, b, d, pref, rank + 1, results) == 0;
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (st || !listed || (int)results.size() <= rank) return st;
+    cublasLtMatmulHeuristicResult_t check;
+    const cublasLtMatmulAlgo_t &algo = results[(size_t)rank].algo;
+    if (cublasLtMatmulAlgoCheck(g.handle, plan.op, plan.a, plan.b, plan.d, plan.d, &algo, &check) !=
+            CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > g.workspace_bytes)
+        return 0;
+    plan.algo = algo;
+    plan.algo_index = rank;
+    plan.query_rows = rows;
+    return 0;
+}
+
 int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
     int64_t M, N, K, ldx, ldy;
     int ax, aw, ay;
@@ -242,23 +296,26 @@ int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
     // during capture keeps the first heuristic, untimed, for good.
     const bool timed = g.tune_candidates > 0 && !maybe_capturing(o.stream);
     const int wanted = timed ? g.tune_candidates : 1;
-    std::vector<cublasLtMatmulHeuristicResult_t> results((size_t)wanted);
-    int found = 0;
-    if (!st)
-        st = blas(cublasLtMatmulAlgoGetHeuristic(g.handle, plan.op, plan.a, plan.b, plan.d, plan.d, pref, wanted,
-                                                 results.data(), &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st) return st;
-    results.resize((size_t)std::max(0, std::min(found, wanted)));
-    results.erase(std::remove_if(results.begin(), results.end(),
-                                 [](const cublasLtMatmulHeuristicResult_t &r) {
-                                     return r.state != CUBLAS_STATUS_SUCCESS;
-                                 }),
-                  results.end());
-    if (results.empty()) return CS1_ERR_UNSUPPORTED;
+    std::vector<cublasLtMatmulHeuristicResult_t> results;
+    if (!st) st = heuristics(g, plan.op, plan.a, plan.b, plan.d, pref, wanted, results);
+    if (st) {
+        cublasLtMatmulPreferenceDestroy(pref);
+        return st;
+    }
+    if (results.empty()) {
+        cublasLtMatmulPreferenceDestroy(pref);
+        return CS1_ERR_UNSUPPORTED;
+    }
     plan.algo = results[0].algo;
     plan.algo_index = 0;
+    plan.query_rows = M;
     plan.tuned_us = -1.0f;
+    if (!timed) {
+        auto pin = g.pins.find(ShapeKey(M, N, K));
+        if (pin != g.pins.end()) st = apply_pin(g, plan, pref, K, N, ldx, ldy, pin->second);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st) return st;
     return timed ? tune_plan(g, plan, results, o) : 0;
 }
 
@@ -314,9 +371,25 @@ extern "C" int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats) {
     return 0;
 }
 
+extern "C" int cs1_gemm_pin(void *gemm, int64_t M, int64_t N, int64_t K, int64_t query_rows, int32_t rank) {
+    CS1_REQUIRE_PTR(gemm);
+    CS1_REQUIRE_SHAPE(M > 0 && N > 0 && K > 0 && rank < kMaxCandidates && (rank < 0 || query_rows > 0));
+    Gemm *g = static_cast<Gemm *>(gemm);
+    std::lock_guard<std::mutex> lock(g->mutex);
+    if (rank < 0) g->pins.erase(ShapeKey(M, N, K));
+    else g->pins[ShapeKey(M, N, K)] = Pin(query_rows, rank);
+    return 0;
+}
+
+extern "C" int cs1_gemm_blas_version(size_t *version) {
+    CS1_REQUIRE_PTR(version);
+    *version = cublasLtGetVersion();
+    return 0;
+}
+
 extern "C" int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, int32_t *algo_index,
-                                  float *tuned_us) {
-    CS1_REQUIRE(gemm && algo_index && tuned_us, CS1_ERR_NULL);
+                                  int64_t *query_rows, float *tuned_us) {
+    CS1_REQUIRE(gemm && algo_index && query_rows && tuned_us, CS1_ERR_NULL);
     Gemm *g = static_cast<Gemm *>(gemm);
     std::lock_guard<std::mutex> lock(g->mutex);
     const int64_t lo64 = std::numeric_limits<int64_t>::min();
@@ -326,6 +399,7 @@ extern "C" int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, i
         std::get<2>(it->first) != K)
         return CS1_ERR_SHAPE;
     *algo_index = it->second.algo_index;
+    *query_rows = it->second.query_rows;
     *tuned_us = it->second.tuned_us;
     return 0;
 }

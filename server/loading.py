@@ -130,7 +130,9 @@ def load(settings: Settings) -> Loaded:
         # with more tokens or rows runs as several forwards inside the backend.
         request_tokens = request_tokens or max(CUDA_DEFAULT_REQUEST_TOKENS, settings.max_prompt_tokens)
         backend = CudaBackend(ckpt, library=settings.library, device=settings.device,
-                              max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs)
+                              max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs,
+                              gemm_pins=settings.gemm_pins)
+        log.info("GEMM pins: %s", backend.gemm_pins_state)
         if settings.graphs:
             captured = backend.capture_graphs()
             log.info("captured %d CUDA graphs (one prompt per padded length)", captured)

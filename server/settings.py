@@ -27,6 +27,7 @@ class Settings:
     attention_mode: str | None = None
     keep_fp32_gdn_params: bool = False
     graphs: bool = True
+    gemm_pins: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -85,6 +86,11 @@ FLAGS: list[tuple[str, type | object, str]] = [
     ("keep-fp32-gdn-params", bool, "keep A_log and linear_attn.norm.weight in fp32 instead of rounding them to bf16"),
     ("graphs", bool, "cuda backend: replay the whole forward as CUDA graphs (captured per padded length at start-up, "
                      "checked byte for byte against eager launches; dropped if they ever differ)"),
+    ("gemm-pins", str, "cuda backend: 'auto' uses the shipped GEMM pin table measured on this kind of GPU and "
+                       "cuBLASLt version, if there is one (a fixed cuBLASLt algorithm per GEMM shape and padded "
+                       "length, chosen offline by benchmarks/gemm_pins.py); 'off' keeps cuBLASLt's first choice; "
+                       "or the path of a table, which must match the device (else the server refuses to start). "
+                       "The choice is logged and shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),

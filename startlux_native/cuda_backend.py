@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import abi
+from . import abi, gemm_pins
 from .backend import N_LETTERS
 from .errors import BackendError
 from .tokenizer import PAD_TOKEN_ID
@@ -95,12 +95,14 @@ class _Layer:
 
 class CudaBackend:
     """Backend on one CUDA device. `checkpoint` follows startlux_native.checkpoint.Checkpoint (config, profile,
-    raw, f32, letter_rows). `library` is an abi.Library, a path, or None ($CS1_LIBRARY / target/)."""
+    raw, f32, letter_rows). `library` is an abi.Library, a path, or None ($CS1_LIBRARY / target/). `gemm_pins` is
+    "auto" (the shipped GEMM pin table measured on this kind of GPU, if any), "off", or a table's path
+    (startlux_native.gemm_pins)."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
-                 max_rows: int = 256, graphs: bool = True):
+                 max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -126,6 +128,7 @@ class CudaBackend:
         self._host_allocations: list = []
         self.stream = self.gemm = None
         self.weight_bytes = 0
+        self.gemm_pins_state = "not applied"
         try:
             self._call("cs1_set_device", self.device)
             s = self.ffi.new("void **")
@@ -134,6 +137,7 @@ class CudaBackend:
             g = self.ffi.new("void **")
             self._call("cs1_gemm_create", GEMM_WORKSPACE, g)
             self.gemm = g[0]
+            self._pin_gemms(gemm_pins)
             self._load_weights()
             self._allocate_scratch()
         except BaseException:
@@ -141,6 +145,17 @@ class CudaBackend:
             raise
 
     # ---- set-up ------------------------------------------------------------------------------------------------
+
+    def _pin_gemms(self, spec: str) -> None:
+        """Before any plan exists: the pin table's algorithms replace cuBLASLt's first choice per (N, K, M)."""
+        try:
+            table, self.gemm_pins_state = gemm_pins.resolve(spec, gemm_pins.device_key(self.lib, self.device))
+        except gemm_pins.PinTableError as exc:
+            raise BackendError(str(exc)) from exc
+        except abi.Cs1Error as exc:
+            raise BackendError(f"CUDA backend: {exc}", sticky=exc.sticky) from exc
+        if table is not None:
+            gemm_pins.apply(self.lib, self.gemm, table)
 
     @staticmethod
     def _check_config(cfg) -> None:
@@ -495,6 +510,7 @@ class CudaBackend:
             "graphs": self.graph_state,
             "graphs_captured": len(self._graphs),
             "graph_replays": self.graph_replays,
+            "gemm_pins": self.gemm_pins_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

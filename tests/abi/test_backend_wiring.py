@@ -101,6 +101,10 @@ class FakeLibrary(abi.Library):
     def cs1_gemm_destroy(self, g):
         return 0
 
+    def cs1_gemm_blas_version(self, out):
+        out[0] = 1  # no shipped pin table matches this key: the default plans ("none: ..." in describe())
+        return 0
+
     def cs1_malloc(self, out, nbytes):
         out[0] = self._new(nbytes)
         return 0

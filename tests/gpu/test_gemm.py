@@ -49,10 +49,17 @@ def tuned_gemm(gpu):
     gpu.lib.cs1_gemm_destroy(h[0])
 
 
+def plan_source(gpu, handle, M, N, K) -> tuple[int, int, float]:
+    """(heuristic rank, rows the heuristic was asked at, median us while tuning or -1) of the (M, N, K) plan"""
+    idx, rows, us = gpu.ffi.new("int32_t *"), gpu.ffi.new("int64_t *"), gpu.ffi.new("float *")
+    gpu.lib.cs1_gemm_plan_info(handle, M, N, K, idx, rows, us)
+    return int(idx[0]), int(rows[0]), float(us[0])
+
+
 def plan_info(gpu, handle, M, N, K) -> tuple[int, float]:
-    idx, us = gpu.ffi.new("int32_t *"), gpu.ffi.new("float *")
-    gpu.lib.cs1_gemm_plan_info(handle, M, N, K, idx, us)
-    return int(idx[0]), float(us[0])
+    rank, rows, us = plan_source(gpu, handle, M, N, K)
+    assert rows == M  # no pins on these handles
+    return rank, us
 
 
 def checked_rows(rng, M):
@@ -203,14 +210,95 @@ def test_tune_off_again_and_existing_plans_kept(gpu, gemm, rng):
 
 def test_tune_and_plan_info_argument_checks(gpu, gemm):
     raw, ffi, null = gpu.lib.raw, gpu.ffi, gpu.ffi.NULL
-    idx, us = ffi.new("int32_t *"), ffi.new("float *")
+    idx, rows, us = ffi.new("int32_t *"), ffi.new("int64_t *"), ffi.new("float *")
     assert raw.cs1_gemm_tune(null, 4, 2) == 2003
     assert raw.cs1_gemm_tune(gemm, -1, 2) == 2001
     assert raw.cs1_gemm_tune(gemm, 65, 2) == 2001
     assert raw.cs1_gemm_tune(gemm, 4, 0) == 2001
     assert raw.cs1_gemm_tune(gemm, 4, 1001) == 2001
     assert raw.cs1_gemm_tune(gemm, 0, 0) == 0
-    assert raw.cs1_gemm_plan_info(null, 1, 64, 64, idx, us) == 2003
-    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, null, us) == 2003
-    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, null) == 2003
-    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, us) == 2001  # no plan of that shape yet
+    assert raw.cs1_gemm_plan_info(null, 1, 64, 64, idx, rows, us) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, null, rows, us) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, null, us) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, rows, null) == 2003
+    assert raw.cs1_gemm_plan_info(gemm, 1, 64, 64, idx, rows, us) == 2001  # no plan of that shape yet
+
+
+# ---- pins (cs1_gemm_pin): heuristic #rank of the problem asked at other rows ------------------------------------
+
+
+@pytest.mark.parametrize("M,query_rows,rank", [(1, 64, 0), (63, 128, 1), (144, 192, 0), (160, 192, 1),
+                                               (640, 768, 2), (4097, 4608, 1)])
+@pytest.mark.parametrize("N,K", [(2560, 4096), (2560, 9216), (18432, 2560)])
+def test_pinned_gemm_vs_float64(gpu, gemm, rng, M, query_rows, rank, N, K):
+    """A pinned plan is held to the same tolerance as the default; plan_info says whether the pin applied (if the
+    heuristic at query_rows lists fewer algorithms, or the check at M refuses, the plan is the default one)."""
+    gpu.lib.cs1_gemm_pin(gemm, M, N, K, query_rows, rank)
+    rel, n = run_case(gpu, gemm, rng, M, N, K)
+    got_rank, got_rows, us = plan_source(gpu, gemm, M, N, K)
+    applied = (got_rank, got_rows) == (rank, query_rows)
+    print(f"pinned gemm M={M} N={N} K={K} -> heuristic #{rank} at {query_rows} rows: "
+          f"{'applied' if applied else 'fell back'}; rel error {rel:.3e} on {n} rows (tol {TOL})")
+    assert rel <= TOL and us == -1.0
+    assert applied or (got_rank, got_rows) == (0, M)
+    if rank == 0:  # cuBLASLt's first choice at nearby rows runs at M for these shapes
+        assert applied
+
+
+def test_pinned_plan_is_bit_identical_and_capturable(gpu, gemm, rng):
+    """The pin applies to a plan first made inside a capture too (no timing), and replays bit-identically."""
+    M, N, K = 160, 2560, 4096
+    x = gpu.upload(rand_bf16(rng, (M, K)))
+    w = gpu.upload(rand_bf16(rng, (N, K), 1.0 / np.sqrt(K)))
+    gpu.lib.cs1_gemm_pin(gemm, M, N, K, 192, 0)
+    y_graph, y_eager = gpu.empty(M * N * 2), gpu.empty(M * N * 2)
+    gpu.sync()
+    exec_ = gpu.ffi.new("void **")
+    gpu.lib.cs1_graph_begin(gpu.stream)
+    try:
+        status = gpu.lib.raw.cs1_gemm(gemm, x.ptr, K, w.ptr, y_graph.ptr, N, M, N, K, gpu.stream)
+    finally:
+        gpu.lib.cs1_graph_end(gpu.stream, exec_)
+    assert status == 0
+    gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
+    gpu.sync()
+    gpu.lib.cs1_graph_destroy(exec_[0])
+    assert plan_source(gpu, gemm, M, N, K) == (0, 192, -1.0)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y_eager.ptr, N, M, N, K, gpu.stream)
+    a, b = gpu.download(y_graph, np.uint16, (M, N)), gpu.download(y_eager, np.uint16, (M, N))
+    assert np.isfinite(bf16.from_bits(a)).all() and (a == b).all()
+
+
+def test_pin_keeps_existing_plans_and_can_be_removed(gpu, gemm, tuned_gemm, rng):
+    M, N, K = 96, 2560, 4096
+    x = gpu.upload(rand_bf16(rng, (M + 1, K)))
+    w = gpu.upload(rand_bf16(rng, (N, K), 1.0 / np.sqrt(K)))
+    y = gpu.empty((M + 1) * N * 2)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)  # a default plan exists
+    gpu.lib.cs1_gemm_pin(gemm, M, N, K, 128, 0)
+    gpu.lib.cs1_gemm_pin(gemm, M + 1, N, K, 128, 0)
+    gpu.lib.cs1_gemm_pin(gemm, M + 1, N, K, 0, -1)  # removed again
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)
+    gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y.ptr, N, M + 1, N, K, gpu.stream)
+    # a tuning handle times its candidates at M and ignores the pin
+    gpu.lib.cs1_gemm_pin(tuned_gemm, M, N, K, 128, 0)
+    gpu.lib.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)
+    gpu.sync()
+    assert plan_source(gpu, gemm, M, N, K) == (0, M, -1.0)
+    assert plan_source(gpu, gemm, M + 1, N, K) == (0, M + 1, -1.0)
+    rank, rows, us = plan_source(gpu, tuned_gemm, M, N, K)
+    assert rows == M and us > 0
+
+
+def test_pin_argument_checks_and_blas_version(gpu, gemm):
+    raw, ffi, null = gpu.lib.raw, gpu.ffi, gpu.ffi.NULL
+    assert raw.cs1_gemm_pin(null, 1, 64, 64, 1, 0) == 2003
+    for M, N, K, rows, rank in ((0, 64, 64, 1, 0), (1, 0, 64, 1, 0), (1, 64, 0, 1, 0), (1, 64, 64, 0, 0),
+                                (1, 64, 64, 1, 64)):
+        assert raw.cs1_gemm_pin(gemm, M, N, K, rows, rank) == 2001
+    assert raw.cs1_gemm_pin(gemm, 1, 64, 64, 0, -1) == 0  # removing a pin that is not there
+    version = ffi.new("size_t *")
+    assert raw.cs1_gemm_blas_version(null) == 2003
+    assert raw.cs1_gemm_blas_version(version) == 0
+    print(f"cuBLASLt version {int(version[0])}")
+    assert int(version[0]) >= 10000

@@ -339,3 +339,60 @@ def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
         together = be.letter_logits(rows)  # 3 forwards: [300], [250, 5], [200]
         alone = np.concatenate([be.letter_logits([r]) for r in rows])
     compare("split vs alone", together, alone, lengths)
+
+
+# ---- GEMM pin tables (startlux_native.gemm_pins) -------------------------------------------------------------------
+
+
+def _pin_table(path, key, pins) -> str:
+    from startlux_native import gemm_pins
+
+    entries = [{"N": N, "K": K, "M": M, "query_rows": q, "rank": r} for N, K, M, q, r in pins]
+    path.write_text(json.dumps({"format": gemm_pins.FORMAT, "device": key.as_json(), "pins": entries}))
+    return str(path)
+
+
+def test_gemm_pin_table_applies_and_matches_reference(cs1, tiny_folder, rng, tmp_path):
+    """A table with this device's key pins every GEMM shape of the tiny model, at the call's padded length, to
+    heuristic #1 asked at the next ladder length: the backend names the table, the plans say the pins applied
+    (where cuBLASLt lists such an algorithm), and the answers stay within the reference tolerance."""
+    from startlux_native import gemm_pins
+    from startlux_native.cuda_backend import PAD_LADDER, padded_length
+
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    rows = random_rows(rng, TINY_LENGTHS, TINY["vocab_size"])
+    T = padded_length(sum(TINY_LENGTHS), 1024)
+    query = next(m for m in PAD_LADDER if m > T)
+    h, inter = TINY["hidden_size"], TINY["intermediate_size"]
+    with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=16, gemm_pins="off") as be:
+        assert be.describe()["gemm_pins"] == "off"
+        shapes = {(be.n_gdn, h), (be.n_attn, h), (be.n_mlp, h), (h, be.value_dim), (h, be.hq * be.dh), (h, inter)}
+        key = gemm_pins.device_key(be.lib, be.device)
+    table = _pin_table(tmp_path / "pins.json", key, [(N, K, T, query, 1) for N, K in sorted(shapes)])
+    with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=16, gemm_pins=table, graphs=False) as be:
+        state = be.describe()["gemm_pins"]
+        got = be.letter_logits(rows)
+        ffi = be.ffi
+        idx, qrows, us = ffi.new("int32_t *"), ffi.new("int64_t *"), ffi.new("float *")
+        applied = 0
+        for N, K in sorted(shapes):
+            be.lib.cs1_gemm_plan_info(be.gemm, T, N, K, idx, qrows, us)
+            applied += (int(qrows[0]), int(idx[0])) == (query, 1)
+    print(f"gemm pins: {state}; {applied} of {len(shapes)} shapes run heuristic #1 of {query} rows at {T}")
+    assert state.startswith(f"{len(shapes)} pins from ") and applied >= 1
+    compare("tiny bidirectional, pinned GEMMs", got, ReferenceBackend(ck).letter_logits(rows), TINY_LENGTHS)
+
+
+def test_gemm_pin_table_of_another_device_is_refused(cs1, tiny_folder, tmp_path):
+    import dataclasses
+
+    from startlux_native import gemm_pins
+
+    ck = load_checkpoint(tiny_folder, attention_mode="causal", require_tokenizer=False)
+    with CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False) as be:
+        key = gemm_pins.device_key(be.lib, be.device)
+        print(f"this device: {key.describe()}; auto: {be.describe()['gemm_pins']}")
+    other = dataclasses.replace(key, cublaslt_version=key.cublaslt_version + 1)
+    table = _pin_table(tmp_path / "other.json", other, [(256, 128, 64, 128, 0)])
+    with pytest.raises(BackendError, match="was measured on"):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, gemm_pins=table)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One H200 call for the GEMM pin table (lever 30): builds, then the steps named in STEPS, in this order:
+#   smoke   benchmarks/gemm_pins.py on two out/o lengths (a quick failure before the long steps)
+#   tests   tests/gpu/test_gemm.py and the pin tests of tests/gpu/test_model.py
+#   pins    benchmarks/gemm_pins.py over the padding ladder up to PIN_MAX_ROWS -> $OUT/gemm_pins_h200.json (also
+#           copied to startlux_native/gemm_pins/h200.json in this checkout, so "auto" finds it in later steps)
+#   inab    benchmarks/inprocess.py, one build, arm A without pins, arm B with the table, calls alternated
+#   model   tests/gpu/test_model.py (the 4B shape against transformers, with the table on "auto")
+#   http    scripts/gpu_http_ab.sh: A = CS1_GEMM_PINS=off, B = the table (Public231, rotated rounds)
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="..."] [TABLE=<an existing table for inab/model/http>]
+#   [PIN_MAX_ROWS=8192] [INPROCESS_LENGTHS=...] [INAB_REPEAT=30] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
+# Writes $OUT/summary.txt, $OUT/gemm_pins_h200.json, $OUT/gemm_pins_log.json.xz, $OUT/inprocess-ab.json,
+# $OUT/ab.txt and $OUT/logs.tar.xz (every log). Each step has its own timeout; a failed step does not stop the rest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-$PWD/gpu_gemm_pins_out}
+W=$(mktemp -d)/pins
+mkdir -p "$W" "$FINAL"
+. scripts/device_env.sh "$W"
+STEPS=" ${STEPS:-smoke tests pins inab} "
+step() { [[ $STEPS == *" $1 "* ]]; }
+CKPT=${CKPT:-/tmp/bench4b}
+S=$FINAL/summary.txt
+T0=$SECONDS
+say() { printf '%4ss  %s\n' $((SECONDS - T0)) "$*" | tee -a "$S"; }
+finish() { tar cJf "$FINAL/logs.tar.xz" -C "$W/.." pins; }
+trap finish EXIT
+{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
+  --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
+cat "$W/env.txt" >>"$S"
+
+./build.sh target 90 >"$W/build.log" 2>&1
+say "build rc=$?: $(tail -n1 "$W/build.log")"
+[ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1 &
+CKPT_PID=$!
+
+if step smoke; then
+  timeout 60 python3 -m benchmarks.gemm_pins --rows 144,160 --shapes out_o_proj --table "$W/smoke.json" \
+    >"$W/smoke.log" 2>&1
+  say "smoke rc=$?"; grep -E "M=|pins of" "$W/smoke.log" | tee -a "$S"
+fi
+if step tests; then
+  timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gemm.py >"$W/test_gemm.log" 2>&1
+  say "test_gemm: $(tail -n1 "$W/test_gemm.log")"
+  grep -E "^pinned gemm" "$W/test_gemm.log" | sed 's/^/  /' | tee -a "$S"
+  timeout 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_model.py -k "pin" \
+    >"$W/test_model_pins.log" 2>&1
+  say "test_model -k pin: $(tail -n1 "$W/test_model_pins.log")"
+  grep -E "^gemm pins:|this device:" "$W/test_model_pins.log" | sed 's/^/  /' | tee -a "$S"
+fi
+TABLE=${TABLE:-}
+if step pins; then
+  timeout 300 python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" --table "$FINAL/gemm_pins_h200.json" \
+    --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
+  say "gemm_pins rc=$?: $(tail -n1 "$W/gemm_pins.log")"
+  grep -E "^forward" "$W/gemm_pins.log" | tee -a "$S"
+  xz -k -c "$W/gemm_pins_log.json" >"$FINAL/gemm_pins_log.json.xz" 2>/dev/null
+  if [ -s "$FINAL/gemm_pins_h200.json" ]; then
+    mkdir -p startlux_native/gemm_pins && cp "$FINAL/gemm_pins_h200.json" startlux_native/gemm_pins/h200.json
+    TABLE=$PWD/startlux_native/gemm_pins/h200.json
+  fi
+fi
+wait "$CKPT_PID"
+if step inab; then
+  if [ -z "$TABLE" ]; then say "inab skipped: no table"; else
+    timeout 240 python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" --graphs on \
+      --repeat "${INAB_REPEAT:-30}" --lengths "${INPROCESS_LENGTHS:-128,144,160,192,256,512,896,1024,2048,3072,4096,8192}" \
+      --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
+    say "inprocess A/B (A = no pins, B = $TABLE, alternated) rc=$?"
+    grep -E "^arm|^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
+  fi
+fi
+if step model; then
+  timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_model.py >"$W/test_model.log" 2>&1
+  say "test_model: $(tail -n1 "$W/test_model.log")"
+fi
+if step http; then
+  ENV_A="CS1_GEMM_PINS=off" ENV_B="CS1_GEMM_PINS=$TABLE" ROUNDS=${HTTP_ROUNDS:-6} OUT=$W/http \
+    timeout "${HTTP_TIMEOUT:-420}" scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
+  say "http rc=$?"
+  cp "$W/http/ab.txt" "$FINAL/ab.txt" 2>/dev/null && grep -E "^(p50|p95|mean|agreement|gate|server)" "$FINAL/ab.txt" | tee -a "$S"
+fi
+say done
