@@ -12,8 +12,12 @@ A candidate whose pin does not apply (cuBLASLt lists fewer algorithms, or the ch
 so is one whose output is non-finite or differs from the default's by more than 2e-2 relative (the bf16 GEMM
 tolerance of tests/gpu/test_gemm.py).
 
-Timing, as in gemm_shapes.py: per candidate a CUDA graph of back-to-back calls whose weight pointer rotates over
-copies of at least 256 MiB (the weights stream from HBM as in a forward), host clock around launch + sync. Two
+Timing, as in gemm_shapes.py: per candidate a CUDA graph of calls whose weight pointer rotates over copies of at
+least 256 MiB (the weights stream from HBM as in a forward), host clock around launch + sync. Between two calls the
+graph holds a 256-byte memset (--no-separate drops it): in a forward a GEMM's neighbours are other kernels, so a
+GEMM must not gain from overlapping the previous call of itself (cuBLASLt launches some Hopper kernels with
+programmatic dependent launch; the first table, made without it, held pins that won back to back and lost in the
+forward: LEVERS lever 30). Two
 stages, so one lucky trial cannot pick a pin: a screen (--screen-trials per candidate, rotating order), then the
 default and the best two screened candidates again (--confirm-trials, rotating order). A pin is written only when its
 confirm median beats the default's by at least --min-gain (relative) and 0.2 us.
@@ -94,6 +98,20 @@ class Candidates:
             self.drop(name)
 
 
+def capture(bench: Bench, name: str, x, pool: list, y, sep, M: int, N: int, K: int, calls: int):
+    """A graph of `calls` GEMMs, each followed by a small memset when sep is not None."""
+    bench.lib.cs1_graph_begin(bench.stream)
+    p = bench.ffi.new("void **")
+    try:
+        for i in range(calls):
+            bench.gemm(name, x, pool[i % len(pool)], y, M, N, K)
+            if sep is not None:
+                bench.lib.cs1_memset_async(sep, i & 0xFF, 256, bench.stream)
+    finally:
+        bench.lib.cs1_graph_end(bench.stream, p)
+    return p[0]
+
+
 def rotating_trials(bench: Bench, graphs: dict, names: list[str], trials: int, calls: int) -> dict[str, list[float]]:
     times = {n: [] for n in names}
     for t in range(trials):
@@ -103,7 +121,8 @@ def rotating_trials(bench: Bench, graphs: dict, names: list[str], trials: int, c
     return times
 
 
-def measure(bench: Bench, x, pool: list, y, name: str, M: int, N: int, K: int, ladder: list[int], args) -> dict:
+def measure(bench: Bench, x, pool: list, y, sep, name: str, M: int, N: int, K: int, ladder: list[int],
+            args) -> dict:
     cands = Candidates(bench)
     wanted: dict[str, tuple[int, int] | None] = {"default": None}
     for r in range(1, args.ranks):
@@ -140,7 +159,7 @@ def measure(bench: Bench, x, pool: list, y, name: str, M: int, N: int, K: int, l
                     continue
             heads[cname] = head
         calls = max(2, min(20, math.ceil(GRAPH_TARGET_US / estimate_us(M, N, K))))
-        graphs = {n: bench.capture(n, x, pool, y, M, N, K, calls) for n in cands.names}
+        graphs = {n: capture(bench, n, x, pool, y, sep, M, N, K, calls) for n in cands.names}
         for g in graphs.values():
             bench.time_graph(g)  # warm-up
         screen = rotating_trials(bench, graphs, cands.names, args.screen_trials, calls)
@@ -174,17 +193,18 @@ def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int],
     x = bench.alloc(m_max * K * 2)
     bench.upload(x, random_bf16(rng, (m_max, K), 1.0))
     y = bench.alloc(m_max * N * 2)
+    sep = bench.alloc(256) if args.separate else None
     out = []
     try:
         for M in rows:
-            r = measure(bench, x, pool, y, name, M, N, K, ladder, args)
+            r = measure(bench, x, pool, y, sep, name, M, N, K, ladder, args)
             out.append(r)
             mark = f"pin {r['query_rows']}#{r['rank']}" if r["winner"] != "default" else "default"
             print(f"{name:>12} M={M:>5}: default {r['default_us']:9.2f} us, chosen {r['chosen_us']:9.2f} us "
                   f"({r['default_us'] / r['chosen_us']:.3f}x) {mark}; {len(r['screen_us'])} candidates, "
                   f"{len(r['dropped'])} dropped", flush=True)
     finally:
-        for ptr in [*pool, x, y]:
+        for ptr in [*pool, x, y] + ([sep] if sep is not None else []):
             bench.free(ptr)
     return out
 
@@ -218,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--screen-trials", type=int, default=5)
     ap.add_argument("--confirm-trials", type=int, default=12)
     ap.add_argument("--min-gain", type=float, default=0.02, help="relative gain a pin must show in the confirm stage")
+    ap.add_argument("--no-separate", dest="separate", action="store_false",
+                    help="time the calls back to back, with no memset between them")
     ap.add_argument("--table", required=True, help="write the pin table (JSON) here")
     ap.add_argument("--log", help="write every candidate's times (JSON) here")
     args = ap.parse_args(argv)
@@ -250,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({s['delta_ms']:+.3f})")
     measured = {"commit": commit, "build_info": lib.build_info(), "date": datetime.now(UTC).isoformat(),
                 "command": "python -m benchmarks.gemm_pins " + " ".join(argv if argv is not None else sys.argv[1:]),
-                "rule": f"confirm median at least {args.min_gain:.0%} and {MIN_GAIN_US} us below the default's"}
+                "rule": f"confirm median at least {args.min_gain:.0%} and {MIN_GAIN_US} us below the default's",
+                "separated": args.separate}
     pins = [{"shape": r["shape"], "N": r["N"], "K": r["K"], "M": r["M"], "query_rows": r["query_rows"],
              "rank": r["rank"], "default_us": round(r["default_us"], 3), "pinned_us": round(r["chosen_us"], 3)}
             for r in results if r["winner"] != "default"]

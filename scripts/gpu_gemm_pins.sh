@@ -35,9 +35,13 @@ say "build rc=$?: $(tail -n1 "$W/build.log")"
 CKPT_PID=$!
 
 if step smoke; then
-  timeout 60 python3 -m benchmarks.gemm_pins --rows 144,160 --shapes out_o_proj --table "$W/smoke.json" \
-    >"$W/smoke.log" 2>&1
-  say "smoke rc=$?"; grep -E "M=|pins of" "$W/smoke.log" | tee -a "$S"
+  for sep in --no-separate ""; do  # back to back, then with a memset between calls (the default)
+    timeout 60 python3 -m benchmarks.gemm_pins --rows 144,160 --shapes out_o_proj --table "$W/smoke$sep.json" \
+      --log "$W/smoke$sep-log.json" $sep >"$W/smoke$sep.log" 2>&1
+    say "smoke ${sep:-(separated)} rc=$?"; grep -E "M=|pins of" "$W/smoke$sep.log" | tee -a "$S"
+    python3 -c "import json, sys; [print(f'  M={r[\"M\"]} screen:', {k: round(v, 2) for k, v in r['screen_us'].items()})
+for r in json.load(open(sys.argv[1]))['rows']]" "$W/smoke$sep-log.json" | tee -a "$S"
+  done
 fi
 if step tests; then
   timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gemm.py >"$W/test_gemm.log" 2>&1
