@@ -2,6 +2,12 @@
 
     python -m benchmarks.gemm_pins --table startlux_native/gemm_pins/h200.json --log gemm_pins_log.json
     python -m benchmarks.gemm_pins --rows 144,160 --shapes out_o_proj --table /tmp/t.json     # a quick look
+    python -m benchmarks.gemm_pins filter --table T.json --inprocess AB.json --output T2.json
+
+`filter` keeps the pins of a padded length only where the whole forward gained: AB.json is an in-process A/B
+(benchmarks/inprocess.py --gemm-pins off --gemm-pins-b T.json) at those lengths, and a length whose paired median
+B - A is above zero, or that it did not measure, loses its pins. The GEMM bench alone is not enough: its first
+table won at 144 rows in isolation and lost 0.05-0.06 ms per forward there, twice (LEVERS lever 30).
 
 Candidates per (N, K, M), each on its own GEMM handle (cs1_gemm_pin, then one eager call makes the plan):
 - the default plan (cuBLASLt's first heuristic at M);
@@ -223,7 +229,42 @@ def forward_sums(rows: list[dict]) -> list[dict]:
     return sums
 
 
+def filter_table(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gemm_pins filter",
+                                 description="keep the pins of the lengths whose whole forward gained in an A/B")
+    ap.add_argument("--table", required=True, help="the pin table the A/B's arm B ran")
+    ap.add_argument("--inprocess", required=True, help="benchmarks/inprocess.py --output of that A/B")
+    ap.add_argument("--output", required=True, help="write the filtered table here")
+    args = ap.parse_args(argv)
+    gemm_pins.load_table(args.table)  # valid before anything is written
+    table = json.loads(Path(args.table).read_text())
+    ab = json.loads(Path(args.inprocess).read_text())
+    delta = {r["tokens"]: r["paired_delta_ms"] for r in ab["rows"]
+             if r.get("arm") == "B" and r.get("graphs", True) and "paired_delta_ms" in r}
+    kept, dropped = [], {}
+    for pin in table["pins"]:
+        d = delta.get(pin["M"])
+        if d is not None and d <= 0:
+            kept.append({**pin, "forward_delta_ms": round(d, 4)})
+        else:
+            dropped[pin["M"]] = "not measured" if d is None else f"{d:+.4f} ms"
+    for M in sorted(dropped):
+        print(f"M={M:>5}: pins dropped ({dropped[M]})")
+    print(f"{len(kept)} of {len(table['pins'])} pins kept; lengths measured: {len(delta)}")
+    table["pins"] = kept
+    table["measured"]["validated"] = {"inprocess": Path(args.inprocess).name, "commit": ab.get("commit"),
+                                      "rule": "a length keeps its pins if the paired median B - A of its whole "
+                                              "forward (pins off = A, this table = B) is <= 0",
+                                      "dropped_lengths": {str(k): v for k, v in sorted(dropped.items())}}
+    Path(args.output).write_text(json.dumps(table, indent=1) + "\n")
+    gemm_pins.load_table(args.output)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["filter"]:
+        return filter_table(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--library", help="libqwen3_5_cuda.so (default: $CS1_LIBRARY or target/)")
     ap.add_argument("--device", type=int, default=0)
@@ -271,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forward M={s['M']:>5}: 128 GEMMs {s['default_ms']:8.3f} -> {s['chosen_ms']:8.3f} ms "
               f"({s['delta_ms']:+.3f})")
     measured = {"commit": commit, "build_info": lib.build_info(), "date": datetime.now(UTC).isoformat(),
-                "command": "python -m benchmarks.gemm_pins " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "command": "python -m benchmarks.gemm_pins " + " ".join(argv),
                 "rule": f"confirm median at least {args.min_gain:.0%} and {MIN_GAIN_US} us below the default's",
                 "separated": args.separate}
     pins = [{"shape": r["shape"], "N": r["N"], "K": r["K"], "M": r["M"], "query_rows": r["query_rows"],

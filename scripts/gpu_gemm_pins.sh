@@ -4,7 +4,11 @@
 #   tests   tests/gpu/test_gemm.py and the pin tests of tests/gpu/test_model.py
 #   pins    benchmarks/gemm_pins.py over the padding ladder up to PIN_MAX_ROWS -> $OUT/gemm_pins_h200.json (also
 #           copied to startlux_native/gemm_pins/h200.json in this checkout, so "auto" finds it in later steps)
+#   ladder  benchmarks/inprocess.py A/B (A without pins, B with the table) at every ladder length up to PIN_MAX_ROWS,
+#           then `benchmarks.gemm_pins filter`: only lengths whose whole forward gained keep their pins ->
+#           $OUT/gemm_pins_h200.json (copied into startlux_native/gemm_pins/h200.json here, as after `pins`)
 #   inab    benchmarks/inprocess.py, one build, arm A without pins, arm B with the table, calls alternated
+#           (INAB_SEED: other prompts than the ladder step's)
 #   model   tests/gpu/test_model.py (the 4B shape against transformers, with the table on "auto")
 #   http    scripts/gpu_http_ab.sh: A = CS1_GEMM_PINS=off, B = the table (Public231, rotated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="..."] [TABLE=<an existing table for inab/model/http>]
@@ -65,10 +69,27 @@ if step pins; then
   fi
 fi
 wait "$CKPT_PID"
+if step ladder; then
+  if [ -z "$TABLE" ]; then say "ladder skipped: no table"; else
+    LADDER=$(python3 -c "from startlux_native.cuda_backend import PAD_LADDER as L; \
+print(','.join(str(m) for m in L if m <= ${PIN_MAX_ROWS:-8192}))")
+    timeout 300 python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" --graphs on \
+      --repeat "${LADDER_REPEAT:-20}" --lengths "$LADDER" --output "$FINAL/inprocess-ladder.json" \
+      >"$W/inprocess-ladder.log" 2>&1
+    say "inprocess ladder A/B rc=$?"
+    grep -E "^ *[0-9]+ .* B " "$W/inprocess-ladder.log" | tr -s ' ' | cut -d' ' -f2,9 | tr '\n' ';' | tee -a "$S"; echo | tee -a "$S"
+    python3 -m benchmarks.gemm_pins filter --table "$TABLE" --inprocess "$FINAL/inprocess-ladder.json" \
+      --output "$FINAL/gemm_pins_h200.json" >"$W/filter.log" 2>&1
+    say "filter rc=$?: $(tail -n1 "$W/filter.log")"
+    grep dropped "$W/filter.log" | tee -a "$S"
+    mkdir -p startlux_native/gemm_pins && cp "$FINAL/gemm_pins_h200.json" startlux_native/gemm_pins/h200.json
+    TABLE=$PWD/startlux_native/gemm_pins/h200.json
+  fi
+fi
 if step inab; then
   if [ -z "$TABLE" ]; then say "inab skipped: no table"; else
     timeout 240 python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" --graphs on \
-      --repeat "${INAB_REPEAT:-30}" --lengths "${INPROCESS_LENGTHS:-128,144,160,192,256,512,896,1024,2048,3072,4096,8192}" \
+      --repeat "${INAB_REPEAT:-30}" --seed "${INAB_SEED:-1234}" --lengths "${INPROCESS_LENGTHS:-128,144,160,192,256,512,896,1024,2048,3072,4096,8192}" \
       --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
     say "inprocess A/B (A = no pins, B = $TABLE, alternated) rc=$?"
     grep -E "^arm|^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"

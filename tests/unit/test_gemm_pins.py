@@ -102,3 +102,23 @@ def test_shipped_tables_are_valid_and_keyed_apart():
         for p in table.pins:
             assert (p.N, p.K) in shapes and p.M in PAD_LADDER, f"{path.name}: {p}"
         print(f"{path.name}: {len(table.pins)} pins for {table.key.describe()}")
+
+
+def test_filter_keeps_only_the_lengths_whose_forward_gained(tmp_path):
+    """benchmarks.gemm_pins filter: pins of a length survive only with a paired in-process delta <= 0."""
+    from benchmarks import gemm_pins as tool
+
+    table = write(tmp_path, [pin(M=144), pin(M=160), pin(M=192, K=9216), pin(M=192), pin(M=320)],
+                  measured={"commit": "x"})
+    rows = [{"tokens": 144, "graphs": True, "arm": "A"}, {"tokens": 144, "graphs": True, "arm": "B",
+                                                          "paired_delta_ms": 0.047},
+            {"tokens": 160, "graphs": True, "arm": "B", "paired_delta_ms": -0.026},
+            {"tokens": 192, "graphs": True, "arm": "B", "paired_delta_ms": 0.0}]
+    ab = tmp_path / "ab.json"
+    ab.write_text(json.dumps({"commit": "y", "rows": rows}))
+    out = tmp_path / "out.json"
+    assert tool.main(["filter", "--table", str(table), "--inprocess", str(ab), "--output", str(out)]) == 0
+    got = gemm_pins.load_table(out)
+    assert [(p.M, p.K) for p in got.pins] == [(160, 4096), (192, 9216), (192, 4096)]
+    validated = json.loads(out.read_text())["measured"]["validated"]
+    assert validated["dropped_lengths"] == {"144": "+0.0470 ms", "320": "not measured"}
