@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.gemm_shapes import POOL_BYTES, SHAPES, WORKSPACE, Bench, random_bf16
+from benchmarks.gemm_shapes import SHAPES, WORKSPACE, Bench, forward_ms, stage_operands
 from startlux_native import gemm_pins
 from startlux_native.cuda_backend import PAD_LADDER
 
@@ -189,16 +189,7 @@ def measure(bench: Bench, x, pool: list, y, sep, name: str, M: int, N: int, K: i
 
 
 def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int], ladder: list[int], args) -> list:
-    wbytes = N * K * 2
-    copies = max(2, math.ceil(POOL_BYTES / wbytes))
-    w_host = random_bf16(rng, (N, K), 1.0 / math.sqrt(K))
-    pool = [bench.alloc(wbytes) for _ in range(copies)]
-    for ptr in pool:
-        bench.upload(ptr, w_host)  # same values, distinct addresses: L2 is keyed by address
-    m_max = max(rows)
-    x = bench.alloc(m_max * K * 2)
-    bench.upload(x, random_bf16(rng, (m_max, K), 1.0))
-    y = bench.alloc(m_max * N * 2)
+    pool, x, y = stage_operands(bench, rng, N, K, max(rows))
     sep = bench.alloc(256) if args.separate else None
     out = []
     try:
@@ -216,17 +207,9 @@ def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int],
 
 
 def forward_sums(rows: list[dict]) -> list[dict]:
-    """Per M: the 128 fused GEMMs of one 4B forward, default vs chosen (only where all five shapes were measured)."""
-    count = {name: n for name, _, _, n in SHAPES}
-    sums = []
-    for M in sorted({r["M"] for r in rows}):
-        at = [r for r in rows if r["M"] == M]
-        if {r["shape"] for r in at} != set(count):
-            continue
-        d = sum(count[r["shape"]] * r["default_us"] for r in at) / 1e3
-        c = sum(count[r["shape"]] * r["chosen_us"] for r in at) / 1e3
-        sums.append({"M": M, "default_ms": d, "chosen_ms": c, "delta_ms": c - d})
-    return sums
+    """Per M: the 128 fused GEMMs of one 4B forward, default vs chosen."""
+    d, c = forward_ms(rows, lambda r: r["default_us"]), forward_ms(rows, lambda r: r["chosen_us"])
+    return [{"M": M, "default_ms": d[M], "chosen_ms": c[M], "delta_ms": c[M] - d[M]} for M in d]
 
 
 def filter_table(argv: list[str]) -> int:
@@ -297,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     lib = abi.load(str(abi.library_path(args.library)))
     key = gemm_pins.device_key(lib, args.device)
     bench = Bench(lib, args.device, 0, 0)
+    bench.close_handles()  # each candidate gets its own handle (named "default" for cuBLASLt's first choice)
     rng = np.random.default_rng(args.seed)
     commit = os.environ.get("CS1_GIT_DESCRIBE") or subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()

@@ -126,17 +126,22 @@ def random_bf16(rng, shape, scale: float) -> np.ndarray:
     return bf16.to_bits(v)
 
 
-def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int], args) -> list[dict]:
+def stage_operands(bench: Bench, rng, N: int, K: int, m_max: int) -> tuple[list, object, object]:
+    """(weight copies of >= POOL_BYTES in all, x [m_max, K], y [m_max, N]) on the device; random bf16, never zero."""
     wbytes = N * K * 2
     copies = max(2, math.ceil(POOL_BYTES / wbytes))
     w_host = random_bf16(rng, (N, K), 1.0 / math.sqrt(K))
     pool = [bench.alloc(wbytes) for _ in range(copies)]
     for ptr in pool:
         bench.upload(ptr, w_host)  # same values, distinct addresses: L2 is keyed by address
-    m_max = max(rows)
     x = bench.alloc(m_max * K * 2)
     bench.upload(x, random_bf16(rng, (m_max, K), 1.0))
-    y = bench.alloc(m_max * N * 2)
+    return pool, x, bench.alloc(m_max * N * 2)
+
+
+def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int], args) -> list[dict]:
+    pool, x, y = stage_operands(bench, rng, N, K, max(rows))
+    copies = len(pool)
     out = []
     try:
         for M in rows:
@@ -159,7 +164,7 @@ def measure_shape(bench: Bench, rng, name: str, N: int, K: int, rows: list[int],
                 for g in graphs.values():
                     bench.lib.cs1_graph_destroy(g)
             row = {"shape": name, "M": M, "N": N, "K": K, "weight_copies": copies}
-            flop, wb = 2.0 * M * N * K, float(wbytes)
+            flop, wb = 2.0 * M * N * K, float(N * K * 2)
             for which in ("default", "tuned"):
                 us = statistics.median(times[which])
                 rank, tuned_us = bench.plan_info(which, M, N, K)
@@ -191,18 +196,21 @@ def print_row(r: dict) -> None:
           f"{d['weight_gbs']:>7.0f} {t['weight_gbs']:>7.0f} | {r['tuned_vs_default_rel']:>8.1e}{flag}", flush=True)
 
 
-def forward_sums(rows: list[dict]) -> list[dict]:
-    """Per M: the 128 fused GEMMs of one 4B forward, default vs tuned (only where all five shapes were measured)."""
+def forward_ms(rows: list[dict], time_us) -> dict[int, float]:
+    """Per M: ms of the 128 fused GEMMs of one 4B forward, time_us(row) per shape, where all five were measured."""
     count = {name: n for name, _, _, n in SHAPES}
-    sums = []
+    out = {}
     for M in sorted({r["M"] for r in rows}):
         at = [r for r in rows if r["M"] == M]
-        if {r["shape"] for r in at} != set(count):
-            continue
-        d = sum(count[r["shape"]] * r["default"]["us"] for r in at) / 1e3
-        t = sum(count[r["shape"]] * r["tuned"]["us"] for r in at) / 1e3
-        sums.append({"M": M, "default_ms": d, "tuned_ms": t, "speedup": d / t})
-    return sums
+        if {r["shape"] for r in at} == set(count):
+            out[M] = sum(count[r["shape"]] * time_us(r) for r in at) / 1e3
+    return out
+
+
+def forward_sums(rows: list[dict]) -> list[dict]:
+    """Per M: the 128 fused GEMMs of one 4B forward, default vs tuned."""
+    d, t = forward_ms(rows, lambda r: r["default"]["us"]), forward_ms(rows, lambda r: r["tuned"]["us"])
+    return [{"M": M, "default_ms": d[M], "tuned_ms": t[M], "speedup": d[M] / t[M]} for M in d]
 
 
 def main(argv: list[str] | None = None) -> int:

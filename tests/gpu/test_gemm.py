@@ -62,6 +62,21 @@ def plan_info(gpu, handle, M, N, K) -> tuple[int, float]:
     return rank, us
 
 
+def run_captured(gpu, handle, x, w, y, M, N, K) -> int:
+    """One cs1_gemm captured into a graph, replayed once and waited for; returns the captured call's status."""
+    exec_ = gpu.ffi.new("void **")
+    gpu.lib.cs1_graph_begin(gpu.stream)
+    try:
+        status = gpu.lib.raw.cs1_gemm(handle, x.ptr, K, w.ptr, y.ptr, N, M, N, K, gpu.stream)
+    finally:
+        gpu.lib.cs1_graph_end(gpu.stream, exec_)
+    if status == 0:
+        gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
+        gpu.sync()
+    gpu.lib.cs1_graph_destroy(exec_[0])
+    return status
+
+
 def checked_rows(rng, M):
     rows = set(range(min(3, M))) | set(range(max(0, M - 3), M))
     rows |= set(rng.integers(0, M, min(26, M)).tolist())
@@ -165,16 +180,7 @@ def test_tuning_during_capture_does_not_break_capture(gpu, tuned_gemm, rng):
     x, w = gpu.upload(x_host), gpu.upload(w_host)
     y_graph, y_eager = gpu.empty(M * N * 2), gpu.empty(M * N * 2)
     gpu.sync()
-    exec_ = gpu.ffi.new("void **")
-    gpu.lib.cs1_graph_begin(gpu.stream)
-    try:
-        status = gpu.lib.raw.cs1_gemm(tuned_gemm, x.ptr, K, w.ptr, y_graph.ptr, N, M, N, K, gpu.stream)
-    finally:
-        gpu.lib.cs1_graph_end(gpu.stream, exec_)
-    assert status == 0
-    gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
-    gpu.sync()
-    gpu.lib.cs1_graph_destroy(exec_[0])
+    assert run_captured(gpu, tuned_gemm, x, w, y_graph, M, N, K) == 0
     assert plan_info(gpu, tuned_gemm, M, N, K) == (0, -1.0)
     got = gpu.download(y_graph, np.uint16, (M, N))
     ref = bf16.from_bits(x_host).astype(np.float64) @ bf16.from_bits(w_host).astype(np.float64).T
@@ -253,16 +259,7 @@ def test_pinned_plan_is_bit_identical_and_capturable(gpu, gemm, rng):
     gpu.lib.cs1_gemm_pin(gemm, M, N, K, 192, 0)
     y_graph, y_eager = gpu.empty(M * N * 2), gpu.empty(M * N * 2)
     gpu.sync()
-    exec_ = gpu.ffi.new("void **")
-    gpu.lib.cs1_graph_begin(gpu.stream)
-    try:
-        status = gpu.lib.raw.cs1_gemm(gemm, x.ptr, K, w.ptr, y_graph.ptr, N, M, N, K, gpu.stream)
-    finally:
-        gpu.lib.cs1_graph_end(gpu.stream, exec_)
-    assert status == 0
-    gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
-    gpu.sync()
-    gpu.lib.cs1_graph_destroy(exec_[0])
+    assert run_captured(gpu, gemm, x, w, y_graph, M, N, K) == 0
     assert plan_source(gpu, gemm, M, N, K) == (0, 192, -1.0)
     gpu.lib.cs1_gemm(gemm, x.ptr, K, w.ptr, y_eager.ptr, N, M, N, K, gpu.stream)
     a, b = gpu.download(y_graph, np.uint16, (M, N)), gpu.download(y_eager, np.uint16, (M, N))

@@ -1,11 +1,13 @@
-"""GEMM pin tables (startlux_native.gemm_pins) without a GPU: reading, validation, matching a device, and the
-tables shipped with the package (the GPU side is tests/gpu/test_gemm.py and tests/gpu/test_model.py)."""
+"""GEMM pin tables without a GPU: startlux_native.gemm_pins (reading, validation, matching a device, the tables
+shipped with the package), and benchmarks/gemm_pins.py (filter, and the bench's candidate, drop and pick logic on a
+stand-in library). The GPU side: tests/gpu/test_gemm.py, tests/gpu/test_model.py, scripts/gpu_gemm_pins.sh."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from startlux_native import gemm_pins
@@ -122,3 +124,160 @@ def test_filter_keeps_only_the_lengths_whose_forward_gained(tmp_path):
     assert [(p.M, p.K) for p in got.pins] == [(160, 4096), (192, 9216), (192, 4096)]
     validated = json.loads(out.read_text())["measured"]["validated"]
     assert validated["dropped_lengths"] == {"144": "+0.0470 ms", "320": "not measured"}
+
+
+# ---- benchmarks/gemm_pins.py end to end on a stand-in library (the GPU run is scripts/gpu_gemm_pins.sh) ------------
+
+
+class FakeGemmLibrary:
+    """Just enough of the ABI for the pin bench: device buffers are numpy arrays behind fake addresses, a GEMM computes
+    x w^T eagerly and records itself in a capture; a replay busy-waits each recorded call's time. Pins apply up to
+    rank 2; heuristic #1 asked at 176 rows is 20 % faster than the default; #1 asked at 128 rows gives other values."""
+
+    SLOW_US, FAST_US = 30.0, 24.0
+
+    def __init__(self):
+        import cffi
+
+        self.ffi = cffi.FFI()
+        self.mem: dict[int, np.ndarray] = {}
+        self.next_addr = 1 << 20
+        self.handles: dict[int, dict] = {}
+        self.graphs: dict[int, list] = {}
+        self.capturing: list | None = None
+
+    def _new_addr(self, nbytes=0) -> int:
+        addr, self.next_addr = self.next_addr, self.next_addr + max(nbytes, 1) + 4096
+        return addr
+
+    def _addr(self, p) -> int:
+        return int(self.ffi.cast("uintptr_t", p))
+
+    def build_info(self):
+        return "fake"
+
+    def cs1_set_device(self, d):
+        pass
+
+    def cs1_stream_create(self, p):
+        p[0] = self.ffi.cast("void *", self._new_addr())
+
+    def cs1_stream_sync(self, s):
+        pass
+
+    def cs1_stream_destroy(self, s):
+        pass
+
+    def cs1_device_info(self, d, major, minor, sms, total):
+        major[0], minor[0], sms[0], total[0] = 9, 0, 132, 150 << 30
+
+    def cs1_gemm_blas_version(self, v):
+        v[0] = 130100
+
+    def cs1_malloc(self, p, nbytes):
+        addr = self._new_addr(nbytes)
+        self.mem[addr] = np.full(nbytes, 0xFF, np.uint8)
+        p[0] = self.ffi.cast("void *", addr)
+
+    def cs1_free(self, p):
+        del self.mem[self._addr(p)]
+
+    def cs1_upload(self, dst, src, nbytes, s):
+        self.mem[self._addr(dst)][:nbytes] = np.frombuffer(self.ffi.buffer(src, nbytes), np.uint8)
+
+    def cs1_download(self, dst, src, nbytes, s):
+        self.ffi.memmove(dst, self.mem[self._addr(src)][:nbytes].tobytes(), nbytes)
+
+    def cs1_memset_async(self, p, value, nbytes, s):
+        if self.capturing is None:
+            self.mem[self._addr(p)][:nbytes] = value & 0xFF
+
+    def cs1_gemm_create(self, ws, p):
+        addr = self._new_addr()
+        self.handles[addr] = {"pins": {}, "plans": {}}
+        p[0] = self.ffi.cast("void *", addr)
+
+    def cs1_gemm_destroy(self, g):
+        del self.handles[self._addr(g)]
+
+    def cs1_gemm_tune(self, g, candidates, repeats):
+        pass
+
+    def cs1_gemm_pin(self, g, M, N, K, rows, rank):
+        self.handles[self._addr(g)]["pins"][(M, N, K)] = (rows, rank)
+
+    def cs1_gemm_plan_info(self, g, M, N, K, idx, rows, us):
+        rows[0], idx[0] = self.handles[self._addr(g)]["plans"][(M, N, K)]
+        us[0] = -1.0
+
+    def cs1_gemm(self, g, x, ldx, w, y, ldy, M, N, K, s):
+        from startlux_native import bf16
+
+        h = self.handles[self._addr(g)]
+        pin = h["pins"].get((M, N, K))
+        plan = h["plans"].setdefault((M, N, K), pin if pin is not None and pin[1] <= 2 else (M, 0))
+        us = self.FAST_US if plan == (176, 1) else self.SLOW_US if plan == (M, 0) else self.SLOW_US + 1
+        if self.capturing is not None:
+            self.capturing.append(us)
+            return
+        xs = bf16.from_bits(self.mem[self._addr(x)][:M * K * 2].view(np.uint16).reshape(M, K))
+        ws = bf16.from_bits(self.mem[self._addr(w)][:N * K * 2].view(np.uint16).reshape(N, K))
+        out = xs @ ws.T * (1.5 if plan == (128, 1) else 1.0)
+        self.mem[self._addr(y)][:M * N * 2] = bf16.to_bits(out.astype(np.float32)).view(np.uint8).ravel()
+
+    def cs1_graph_begin(self, s):
+        self.capturing = []
+
+    def cs1_graph_end(self, s, p):
+        addr = self._new_addr()
+        self.graphs[addr], self.capturing = self.capturing, None
+        p[0] = self.ffi.cast("void *", addr)
+
+    def cs1_graph_launch(self, graph, s):
+        import time
+
+        end = time.perf_counter() + sum(self.graphs[self._addr(graph)]) * 1e-6
+        while time.perf_counter() < end:
+            pass
+
+    def cs1_graph_destroy(self, graph):
+        del self.graphs[self._addr(graph)]
+
+
+def test_pin_bench_picks_the_faster_algorithm_and_drops_the_rest(monkeypatch, tmp_path):
+    from benchmarks import gemm_pins as tool
+    from benchmarks import gemm_shapes
+    from startlux_native import abi
+
+    fake = FakeGemmLibrary()
+    monkeypatch.setattr(abi, "load", lambda path=None: fake)
+    monkeypatch.setattr(gemm_shapes, "POOL_BYTES", 1)  # two weight copies are enough here
+    table, log = tmp_path / "t.json", tmp_path / "log.json"
+    assert tool.main(["--rows", "144,160", "--shapes", "out_o_proj", "--screen-trials", "3", "--confirm-trials", "5",
+                      "--table", str(table), "--log", str(log)]) == 0
+    got = gemm_pins.load_table(table)
+    assert got.key == DeviceKey("9.0", 132, 150, 130100)
+    assert [(p.M, p.query_rows, p.rank) for p in got.pins] == [(144, 176, 1), (160, 176, 1)]
+    rows = json.loads(log.read_text())["rows"]
+    # 14 candidates each; at 144 four dropped (3 ranks past 2, 128#1), at 160 three (128 rows is no neighbour)
+    assert [len(r["screen_us"]) for r in rows] == [10, 11]
+    dropped = rows[0]["dropped"]
+    assert dropped["128#1"].startswith("differs from the default by")
+    assert {k for k, v in dropped.items() if v == "pin did not apply"} == {"144#3", "144#4", "144#5"}
+    assert not fake.graphs and not fake.handles  # every graph and handle released
+
+
+def test_gemm_shapes_runs_on_the_same_stand_in(monkeypatch, tmp_path):
+    """benchmarks/gemm_shapes.py shares the operand staging with the pin bench: one shape, one M, both handles."""
+    from benchmarks import gemm_shapes
+    from startlux_native import abi
+
+    fake = FakeGemmLibrary()
+    monkeypatch.setattr(abi, "load", lambda path=None: fake)
+    monkeypatch.setattr(gemm_shapes, "POOL_BYTES", 1)
+    out = tmp_path / "shapes.json"
+    assert gemm_shapes.main(["--rows", "64", "--shapes", "down", "--trials", "3", "--calls", "2",
+                             "--output", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["M"] == 64 and row["weight_copies"] == 2 and row["finite"] and row["tuned_vs_default_rel"] == 0
+    assert not fake.graphs and not fake.handles
