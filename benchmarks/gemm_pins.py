@@ -49,11 +49,12 @@ import numpy as np
 
 from benchmarks.gemm_shapes import SHAPES, WORKSPACE, Bench, forward_ms, stage_operands
 from startlux_native import gemm_pins
-from startlux_native.cuda_backend import PAD_LADDER
+from startlux_native.cuda_backend import ladder_lengths
 
 MIN_GAIN_US = 0.2
 MAX_REL_DIFF = 2e-2
 COMPARE_ROWS = 64
+SERVER_MAX_TOKENS = 32768  # the server's default --max-prompt-tokens: the cap of its padded lengths
 GRAPH_TARGET_US = 400.0  # calls per graph so that one launch + sync (~10 us) is a small share
 
 
@@ -254,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", default=None, help="comma-separated M values (default: the padding ladder up to "
                                                   "--max-rows)")
-    ap.add_argument("--max-rows", type=int, default=8192)
+    ap.add_argument("--max-rows", type=int, default=8192,
+                    help="the longest padded length measured (the ladder: 16-row steps to 512, then coarser, "
+                         "multiples of 1,024 above 8,192, up to 32,768)")
     ap.add_argument("--shapes", default=",".join(s[0] for s in SHAPES), help="comma-separated shape names")
     ap.add_argument("--ranks", type=int, default=6, help="heuristics at M itself (including the default #0)")
     ap.add_argument("--neighbours", type=int, default=3, help="ladder lengths above M whose heuristics are tried")
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from startlux_native import abi
 
-    ladder = [m for m in PAD_LADDER if m <= args.max_rows]
+    ladder = [m for m in ladder_lengths(SERVER_MAX_TOKENS) if m <= args.max_rows]
     rows = [int(v) for v in args.rows.split(",")] if args.rows else ladder
     shapes = [s for s in SHAPES if s[0] in args.shapes.split(",")]
     if not shapes or not rows or min(rows) < 1:

@@ -12,7 +12,8 @@
 #   model   tests/gpu/test_model.py (the 4B shape against transformers, with the table on "auto")
 #   http    scripts/gpu_http_ab.sh: A = CS1_GEMM_PINS=off, B = the table (Public231, rotated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="..."] [TABLE=<an existing table for inab/model/http>]
-#   [PIN_MAX_ROWS=8192] [INPROCESS_LENGTHS=...] [INAB_REPEAT=30] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
+#   [PIN_MAX_ROWS=8192] [PINS_TIMEOUT=300] [LADDER_REPEAT=20] [LADDER_TIMEOUT=300] [INPROCESS_LENGTHS=...] [INAB_REPEAT=30]
+#   [INAB_SEED=1234] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
 # Writes $OUT/summary.txt, $OUT/gemm_pins_h200.json, $OUT/gemm_pins_log.json.xz, $OUT/inprocess-ab.json,
 # $OUT/ab.txt and $OUT/logs.tar.xz (every log). Each step has its own timeout; a failed step does not stop the rest.
 set -uo pipefail
@@ -58,7 +59,7 @@ if step tests; then
 fi
 TABLE=${TABLE:-}
 if step pins; then
-  timeout 300 python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" --table "$FINAL/gemm_pins_h200.json" \
+  timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" --table "$FINAL/gemm_pins_h200.json" \
     --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
   say "gemm_pins rc=$?: $(tail -n1 "$W/gemm_pins.log")"
   grep -E "^forward" "$W/gemm_pins.log" | tee -a "$S"
@@ -71,10 +72,10 @@ fi
 wait "$CKPT_PID"
 if step ladder; then
   if [ -z "$TABLE" ]; then say "ladder skipped: no table"; else
-    LADDER=$(python3 -c "from startlux_native.cuda_backend import PAD_LADDER as L; \
-print(','.join(str(m) for m in L if m <= ${PIN_MAX_ROWS:-8192}))")
-    timeout 300 python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" --graphs on \
-      --repeat "${LADDER_REPEAT:-20}" --lengths "$LADDER" --output "$FINAL/inprocess-ladder.json" \
+    LADDER=$(python3 -c "from startlux_native.cuda_backend import ladder_lengths as L; \
+print(','.join(str(m) for m in L(32768) if m <= ${PIN_MAX_ROWS:-8192}))")
+    timeout "${LADDER_TIMEOUT:-300}" python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" \
+      --graphs on --repeat "${LADDER_REPEAT:-20}" --lengths "$LADDER" --output "$FINAL/inprocess-ladder.json" \
       >"$W/inprocess-ladder.log" 2>&1
     say "inprocess ladder A/B rc=$?"
     grep -E "^ *[0-9]+ .* B " "$W/inprocess-ladder.log" | tr -s ' ' | cut -d' ' -f2,9 | tr '\n' ';' | tee -a "$S"; echo | tee -a "$S"

@@ -45,6 +45,12 @@ def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
+def ladder_lengths(cap: int) -> list[int]:
+    """Every padded length a forward of at most cap rows can have, in order (the GEMM row counts that occur)."""
+    out = [m for m in PAD_LADDER if m < cap] + list(range(_round_up(PAD_LADDER[-1] + 1, 1024), cap, 1024))
+    return out + [cap] if cap >= 1 else out
+
+
 def padded_length(T: int, cap: int) -> int:
     """The ladder length for T real tokens, never above cap."""
     for step in PAD_LADDER:

@@ -1,6 +1,6 @@
 """The CUDA backend's padding ladder (pure Python: no library, no GPU)."""
 
-from startlux_native.cuda_backend import PAD_LADDER, padded_length
+from startlux_native.cuda_backend import PAD_LADDER, ladder_lengths, padded_length
 
 
 def test_ladder_is_increasing_and_fine_where_prompts_are():
@@ -19,3 +19,10 @@ def test_padded_length_covers_and_never_shrinks():
     assert padded_length(147, cap) == 160  # the Public231 median prompt pads by 13 rows, not 45
     assert padded_length(891, cap) == 896
     assert padded_length(5000, 4096) == 4096  # never above the cap (the backend splits larger calls)
+
+
+def test_ladder_lengths_are_exactly_the_padded_lengths():
+    for cap in (1, 16, 100, 512, 8192, 9000, 32768):
+        want = sorted({padded_length(T, cap) for T in range(1, cap + 1)})
+        assert ladder_lengths(cap) == want, cap
+    assert ladder_lengths(32768)[-25:] == list(range(8192, 32769, 1024))
