@@ -12,8 +12,8 @@
 #   model   tests/gpu/test_model.py (the 4B shape against transformers, with the table on "auto")
 #   http    scripts/gpu_http_ab.sh: A = CS1_GEMM_PINS=off, B = the table (Public231, rotated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="..."] [TABLE=<an existing table for inab/model/http>]
-#   [PIN_MAX_ROWS=8192] [PINS_TIMEOUT=300] [LADDER_REPEAT=20] [LADDER_TIMEOUT=300] [INPROCESS_LENGTHS=...] [INAB_REPEAT=30]
-#   [INAB_SEED=1234] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
+#   [PIN_MAX_ROWS=8192] [PINS_TIMEOUT=300] [LADDER_REPEAT=20] [LADDER_TIMEOUT=300] [INPROCESS_LENGTHS=...]
+#   [INAB_REPEAT=30] [INAB_SEED=1234] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
 # Writes $OUT/summary.txt, $OUT/gemm_pins_h200.json, $OUT/gemm_pins_log.json.xz, $OUT/inprocess-ab.json,
 # $OUT/ab.txt and $OUT/logs.tar.xz (every log). Each step has its own timeout; a failed step does not stop the rest.
 set -uo pipefail
