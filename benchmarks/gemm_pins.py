@@ -105,20 +105,6 @@ class Candidates:
             self.drop(name)
 
 
-def capture(bench: Bench, name: str, x, pool: list, y, sep, M: int, N: int, K: int, calls: int):
-    """A graph of `calls` GEMMs, each followed by a small memset when sep is not None."""
-    bench.lib.cs1_graph_begin(bench.stream)
-    p = bench.ffi.new("void **")
-    try:
-        for i in range(calls):
-            bench.gemm(name, x, pool[i % len(pool)], y, M, N, K)
-            if sep is not None:
-                bench.lib.cs1_memset_async(sep, i & 0xFF, 256, bench.stream)
-    finally:
-        bench.lib.cs1_graph_end(bench.stream, p)
-    return p[0]
-
-
 def rotating_trials(bench: Bench, graphs: dict, names: list[str], trials: int, calls: int) -> dict[str, list[float]]:
     times = {n: [] for n in names}
     for t in range(trials):
@@ -166,7 +152,7 @@ def measure(bench: Bench, x, pool: list, y, sep, name: str, M: int, N: int, K: i
                     continue
             heads[cname] = head
         calls = max(2, min(20, math.ceil(GRAPH_TARGET_US / estimate_us(M, N, K))))
-        graphs = {n: capture(bench, n, x, pool, y, sep, M, N, K, calls) for n in cands.names}
+        graphs = {n: bench.capture(n, x, pool, y, M, N, K, calls, sep) for n in cands.names}
         for g in graphs.values():
             bench.time_graph(g)  # warm-up
         screen = rotating_trials(bench, graphs, cands.names, args.screen_trials, calls)

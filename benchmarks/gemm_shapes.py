@@ -88,12 +88,15 @@ class Bench:
         self.lib.cs1_gemm_plan_info(self.handles[which], M, N, K, idx, rows, us)
         return int(idx[0]), float(us[0])
 
-    def capture(self, which: str, x, pool: list, y, M: int, N: int, K: int, calls: int):
+    def capture(self, which: str, x, pool: list, y, M: int, N: int, K: int, calls: int, sep=None):
+        """A graph of `calls` GEMMs over the weight copies, each followed by a 256-byte memset of sep if given."""
         self.lib.cs1_graph_begin(self.stream)
         p = self.ffi.new("void **")
         try:
             for i in range(calls):
                 self.gemm(which, x, pool[i % len(pool)], y, M, N, K)
+                if sep is not None:
+                    self.lib.cs1_memset_async(sep, i & 0xFF, 256, self.stream)
         finally:
             self.lib.cs1_graph_end(self.stream, p)
         return p[0]

@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from device_inputs import ROWS, rand_bf16
+from device_inputs import GEMM_SHAPES, ROWS, gemm_weight, rand_bf16
 
 from startlux_native import bf16
 
-# (N, K) of the 4B: GDN in, attention in, MLP gate|up, GDN out / o_proj, down
-SHAPES = [(12352, 2560), (10240, 2560), (18432, 2560), (2560, 4096), (2560, 9216)]
 TOL = 1e-2
-
-
-_WEIGHTS: dict[tuple[int, int], np.ndarray] = {}  # one random weight per (N, K) per session: generation is slow
-
-
-def weight(rng, N, K) -> np.ndarray:
-    if (N, K) not in _WEIGHTS:
-        _WEIGHTS[(N, K)] = rand_bf16(rng, (N, K), 1.0 / np.sqrt(K))
-    return _WEIGHTS[(N, K)]
 
 
 @pytest.fixture()
@@ -86,7 +75,7 @@ def checked_rows(rng, M):
 def run_case(gpu, gemm, rng, M, N, K, ldx_pad=0, ldy_pad=0):
     ldx, ldy = K + ldx_pad, N + ldy_pad
     x = rand_bf16(rng, (M, ldx))
-    w = weight(rng, N, K)
+    w = gemm_weight(rng, N, K)
     y = gpu.empty(M * ldy * 2)
     gpu.lib.cs1_gemm(gemm, gpu.upload(x).ptr, ldx, gpu.upload(w).ptr, y.ptr, ldy, M, N, K, gpu.stream)
     got = gpu.download(y, np.uint16, (M, ldy))
@@ -100,7 +89,7 @@ def run_case(gpu, gemm, rng, M, N, K, ldx_pad=0, ldy_pad=0):
 
 
 @pytest.mark.parametrize("M", ROWS)
-@pytest.mark.parametrize("N,K", SHAPES)
+@pytest.mark.parametrize("N,K", GEMM_SHAPES)
 def test_gemm_vs_float64(gpu, gemm, rng, M, N, K):
     rel, n = run_case(gpu, gemm, rng, M, N, K)
     print(f"gemm M={M} N={N} K={K}: rel error {rel:.3e} on {n} rows (tol {TOL})")
@@ -141,10 +130,10 @@ def test_gemm_argument_checks(gpu, gemm):
 # ---- autotune (cs1_gemm_tune, cs1_gemm_plan_info) -----------------------------------------------------------------
 
 @pytest.mark.parametrize("M", [1, 64, 65, 147, 512, 4097])
-@pytest.mark.parametrize("N,K", SHAPES)
+@pytest.mark.parametrize("N,K", GEMM_SHAPES)
 def test_tuned_gemm_vs_float64(gpu, gemm, tuned_gemm, rng, M, N, K):
     """Default and tuned plan on the same operands: both within TOL of float64; the tuned plan was timed."""
-    weight(rng, N, K)  # cached before the two runs, so both draw the same x and checked rows below
+    gemm_weight(rng, N, K)  # cached before the two runs, so both draw the same x and checked rows below
     seed = int(rng.integers(1 << 32))
     errs = {}
     for name, handle in (("default", gemm), ("tuned", tuned_gemm)):

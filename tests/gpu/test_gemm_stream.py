@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from device_inputs import rand_bf16
+from device_inputs import GEMM_SHAPES, gemm_weight, rand_bf16
 
 from startlux_native import bf16
 
@@ -25,17 +25,9 @@ CLUSTERS = [1, 2]
 def block_ns(M):
     """The column widths compiled for M rows (128 and 144 need M <= 192: registers)."""
     return [b for b in BLOCK_NS if M <= 192 or b <= 96]
-# (N, K) of the 4B: GDN in, attention in, MLP gate|up, GDN out / o_proj, down
-SHAPES = [(12352, 2560), (10240, 2560), (18432, 2560), (2560, 4096), (2560, 9216)]
+
+
 ROWS = [1, 63, 64, 65, 160, 256]
-
-_WEIGHTS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def weight(rng, N, K) -> np.ndarray:
-    if (N, K) not in _WEIGHTS:
-        _WEIGHTS[(N, K)] = rand_bf16(rng, (N, K), 1.0 / np.sqrt(K))
-    return _WEIGHTS[(N, K)]
 
 
 @pytest.fixture()
@@ -89,48 +81,41 @@ def splits_for(N, K, block_n):
     return sorted({1, s})
 
 
-@pytest.mark.parametrize("M", ROWS)
-@pytest.mark.parametrize("N,K", SHAPES)
-def test_stream_vs_float64(gpu, gemm, rng, M, N, K):
-    w_bits = weight(rng, N, K)
+def check_configs(gpu, gemm, rng, w_bits, M, N, K, configs):
+    """Random x [M, K] against w_bits: every (block_n, splits, cluster) within TOL of float64 on the checked rows."""
     x_bits = rand_bf16(rng, (M, K))
     x, w = gpu.upload(x_bits), gpu.upload(w_bits)
     rows = checked_rows(rng, M)
     ref = reference(x_bits, w_bits, rows, K)
-    for block_n in block_ns(M):
-        for splits in splits_for(N, K, block_n):
-            for cluster in CLUSTERS:
-                got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster)
-                rel = check(got, rows, ref, M, N)
-                print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits} cluster={cluster}: "
-                      f"rel error {rel:.3e} (tol {TOL})")
-                assert rel <= TOL, (block_n, splits, cluster, rel)
+    for block_n, splits, cluster in configs:
+        got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster)
+        rel = check(got, rows, ref, M, N)
+        print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits} cluster={cluster}: "
+              f"rel error {rel:.3e} (tol {TOL})")
+        assert rel <= TOL, (block_n, splits, cluster, rel)
+
+
+@pytest.mark.parametrize("M", ROWS)
+@pytest.mark.parametrize("N,K", GEMM_SHAPES)
+def test_stream_vs_float64(gpu, gemm, rng, M, N, K):
+    configs = [(b, s, c) for b in block_ns(M) for s in splits_for(N, K, b) for c in CLUSTERS]
+    check_configs(gpu, gemm, rng, gemm_weight(rng, N, K), M, N, K, configs)
 
 
 @pytest.mark.parametrize("N,K", [(8, 8), (200, 72), (1000, 4104), (136, 640)])
 @pytest.mark.parametrize("M", [1, 63, 65, 193])
 def test_stream_awkward_shapes(gpu, gemm, rng, M, N, K):
     """Partial column tiles, K not a multiple of 64, more splits than some ranges hold."""
-    w_bits = rand_bf16(rng, (N, K), 1.0 / np.sqrt(K))
-    x_bits = rand_bf16(rng, (M, K))
-    x, w = gpu.upload(x_bits), gpu.upload(w_bits)
-    rows = checked_rows(rng, M)
-    ref = reference(x_bits, w_bits, rows, K)
     kblocks = -(-K // 64)
-    for block_n in block_ns(M):
-        for splits in sorted({1, min(3, kblocks), min(kblocks, 16)}):
-            for cluster in CLUSTERS:
-                got = run_stream(gpu, gemm, x, w, M, N, K, block_n, splits, cluster)
-                rel = check(got, rows, ref, M, N)
-                print(f"stream M={M} N={N} K={K} block_n={block_n} splits={splits} cluster={cluster}: "
-                      f"rel error {rel:.3e}")
-                assert rel <= TOL, (block_n, splits, cluster, rel)
+    splits = sorted({1, min(3, kblocks), min(kblocks, 16)})
+    configs = [(b, s, c) for b in block_ns(M) for s in splits for c in CLUSTERS]
+    check_configs(gpu, gemm, rng, rand_bf16(rng, (N, K), 1.0 / np.sqrt(K)), M, N, K, configs)
 
 
 def test_stream_strided_rows(gpu, gemm, rng):
     M, N, K = 130, 2560, 4096
     ldx, ldy = K + 64, N + 8
-    w_bits = weight(rng, N, K)
+    w_bits = gemm_weight(rng, N, K)
     x_bits = rand_bf16(rng, (M, ldx))
     x, w = gpu.upload(x_bits), gpu.upload(w_bits)
     rows = checked_rows(rng, M)
@@ -146,7 +131,7 @@ def test_stream_split_k_is_deterministic_and_replays(gpu, gemm, rng):
     """Same bytes on every call and in graph replay; counters reset so a second call is as good as the first."""
     M, N, K = 160, 2560, 9216
     x = gpu.upload(rand_bf16(rng, (M, K)))
-    w = gpu.upload(weight(rng, N, K))
+    w = gpu.upload(gemm_weight(rng, N, K))
     first = run_stream(gpu, gemm, x, w, M, N, K, 80, 4, 2)
     for _ in range(3):
         assert (run_stream(gpu, gemm, x, w, M, N, K, 80, 4, 2) == first).all()
