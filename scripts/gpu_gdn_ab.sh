@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call that judges a GDN kernel change against the previous native/ (carried in ab_old/ with its build.sh):
 # builds both, then the steps named in STEPS, in this order:
+#   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
@@ -10,10 +11,11 @@
 #   detail    the full Nsight sections of one prep and one walk launch of the new build at DETAIL_LENGTHS
 #   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
+#   extra     pytest of EXTRA_TESTS (GPU test files) on the new build
 #   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
-#   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] scripts/gpu_gdn_ab.sh
+#   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] [EXTRA_TESTS="tests/gpu/..."] scripts/gpu_gdn_ab.sh
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
 # $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
 # runs included). Each step has its own timeout, and a failed step does not stop the later ones.
@@ -50,6 +52,12 @@ wait
 say "build new: $(tail -n1 "$W/build_new.log")"
 say "build old: $(tail -n1 "$W/build_old.log")"
 
+if step convsweep; then
+  nvcc -O3 -std=c++17 -arch=sm_90a -Inative -o "$W/conv_runs" benchmarks/conv_runs.cu >"$W/conv_runs.log" 2>&1 &&
+    timeout 120 "$W/conv_runs" >>"$W/conv_runs.log" 2>&1
+  say "conv run-length sweep rc=$?"
+  grep -vE "warning|declared but|^ *$|\^" "$W/conv_runs.log" | tee -a "$S"
+fi
 if step parity; then
   timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
@@ -127,6 +135,11 @@ if step inab; then
     --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
   say "inprocess A/B (A = old, B = new, alternated) rc=$?"
   grep -E "^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
+fi
+if step extra; then
+  CS1_LIBRARY=$NEW timeout "${EXTRA_TIMEOUT:-200}" python3 -m pytest -q -rs -p no:cacheprovider ${EXTRA_TESTS:-} \
+    >"$W/test_extra.log" 2>&1
+  say "extra tests (${EXTRA_TESTS:-}): $(tail -n1 "$W/test_extra.log")"
 fi
 if step model; then
   CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_model.py \
