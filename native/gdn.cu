@@ -55,8 +55,7 @@ constexpr int kD = 128;        // d_k = d_v
 constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte rows; MMA fragments conflict-free)
 constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
 constexpr int kSlab = 32;      // value columns per walk block
-constexpr int kThreads = 256;  // prep / out blocks
-constexpr int kWalkThreads = 512;  // walk blocks: 16 warps share one slab's serial chain (see the walk)
+constexpr int kThreads = 256;  // prep / walk / out blocks
 constexpr float kNormEps = 1e-6f;
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
@@ -153,32 +152,28 @@ constexpr int kPrepIndexMaxSeqs = 63;
 constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
 constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
 
-// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled; kN threads.
-template <int kN = kThreads>
+// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled.
 __device__ __forceinline__ void cp_rows_bf16(bf16 *dst, const bf16 *src, int64_t ld, int len) {
-    for (int e = threadIdx.x; e < kC * kD / 8; e += kN) {
+    for (int e = threadIdx.x; e < kC * kD / 8; e += kThreads) {
         const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
         const bool ok = i < len;
         cp_async16(dst + i * kLdKb + c8, ok ? src + int64_t(i) * ld + c8 : src, ok);
     }
 }
 
-// 64 rows x `cols` fp32 (row stride 128) -> smem tile of stride lds; kN threads.
-template <int kN = kThreads>
+// 64 rows x `cols` fp32 (row stride 128) -> smem tile of stride lds.
 __device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *src, int cols) {
     const int per_row = cols / 4;
-    for (int e = threadIdx.x; e < kC * per_row; e += kN) {
+    for (int e = threadIdx.x; e < kC * per_row; e += kThreads) {
         const int i = e / per_row, c4 = (e % per_row) * 4;
         cp_async16(dst + i * lds + c4, src + i * kD + c4, true);
     }
 }
 
-// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row, kN
-// threads.
-template <int kN = kThreads>
+// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
 __device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float *out) {
     const int lane = threadIdx.x & 31;
-    for (int i = threadIdx.x >> 5; i < kC; i += kN / 32) {
+    for (int i = threadIdx.x >> 5; i < kC; i += kThreads / 32) {
         const uint2 raw = *reinterpret_cast<const uint2 *>(tile + i * kLdKb + 4 * lane);
         const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
         const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
@@ -188,10 +183,9 @@ __device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float
 }
 
 // acc[j] = A[m0..m0+15, :] B[n0+8j..n0+8j+7, :]^T over the 128 columns of two bf16 tiles of stride kLdKb
-// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 8NT block of a 64 x 64 product. Each element sums over k
-// in the same order whatever NT is.
-template <int NT>
-__device__ __forceinline__ void mma_rows_bf16(const bf16 *A, const bf16 *B, int m0, int n0, float acc[NT][4]) {
+// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product.
+__device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B, int m0, int n0,
+                                                    float acc[4][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k0 = 0; k0 < kD; k0 += 16) {
@@ -201,7 +195,7 @@ __device__ __forceinline__ void mma_rows_bf16(const bf16 *A, const bf16 *B, int 
         a[2] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
         a[3] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
+        for (int j = 0; j < 4; ++j) {
             const bf16 *brow = B + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
             const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(brow),
                                    *reinterpret_cast<const uint32_t *>(brow + 8)};
@@ -295,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
        // columns 32 (w / 4)..
         const int gq = lane >> 2, t = lane & 3, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
         float acc[4][4] = {};
-        mma_rows_bf16<4>(sm.K, sm.K, m0, n0, acc);
+        mma_rows_bf16_16x32(sm.K, sm.K, m0, n0, acc);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -369,17 +363,15 @@ static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
 // ---- pieces of the output O = diag(qs e^Gam) Q_raw S0 + P Delta, shared by the walk (kOut) and the out kernel ----
 
 // P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
-// kWarps = 8: warp rows 16 (w % 4).., columns 32 (w / 4)..; kWarps = 16: columns 16 (w / 4)..
-template <int kWarps>
+// warp: rows 16 (w % 4).., columns 32 (w / 4)..
 __device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
                                         const float *gam, float *P) {
-    constexpr int NT = 32 / kWarps;  // 8-column tiles per warp
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int m0 = 16 * (warp & 3), n0 = 8 * NT * (warp >> 2);
-    float acc[NT][4] = {};
-    mma_rows_bf16<NT>(Q, K, m0, n0, acc);
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float acc[4][4] = {};
+    mma_rows_bf16_16x32(Q, K, m0, n0, acc);
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
@@ -450,10 +442,10 @@ template <bool kOut>
 __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *rows, int64_t ld, int hk, int HK,
                                               int len, const unsigned char *ws, const Layout &lay, size_t slot,
                                               int v0) {
-    cp_rows_f32<kWalkThreads>(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
-    cp_rows_bf16<kWalkThreads>(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
-    if constexpr (kOut) cp_rows_bf16<kWalkThreads>(b.Q, rows + int64_t(hk) * kD, ld, len);
-    cp_rows_f32<kWalkThreads>(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
+    cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
+    cp_rows_bf16(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
+    if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
+    cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
     const int tid = threadIdx.x;
     if (tid < kC / 4)
         cp_async16(b.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
@@ -463,20 +455,17 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *ro
     cp_async_commit();
 }
 
-// Block (prompt, head, 32-column slab), 16 warps: the chunks are a serial chain, so more warps per slab shorten
-// each link (8 warps left the SM's issue slots half idle, lever 31). The state slab S[128][32] lives in registers
-// as MMA accumulators: warp w holds rows 16 (w % 8).., columns 16 (w / 8).. (st[j] = C fragment of columns
-// 16 (w / 8) + 8j..). Per chunk:
-//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 8 (w / 4)..; 3-term tf32)
+// Block (prompt, head, 32-column slab), 8 warps. The state slab S[128][32] lives in registers as MMA accumulators:
+// warp w holds rows 16w.. (st[j] = C fragment of columns 8j..8j+7). Per chunk:
+//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
 //   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
 // while the next chunk's W, k (and q), U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with
 // one buffer they load after the chunk).
 // kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
-// Every output element sums its products in the same order as with 8 warps: only which warp computes it changed.
 template <int kBufs, bool kOut>
-__global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
+__global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, float scale,
                                                                    unsigned char *__restrict__ ws, Layout lay,
                                                                    bf16 *__restrict__ o) {
@@ -499,11 +488,9 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
 
     walk_prefetch<kOut>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
                         size_t(c_begin) * H + h, v0);
-    constexpr int kWarps = kWalkThreads / 32;
-    const int r0 = 16 * (warp % 8), c0 = 16 * (warp / 8);  // this warp's block of the state slab
-    float st[2][4];
+    float st[4][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+    for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
 
     for (int c = c_begin; c < c_end; ++c) {
         const size_t slot = size_t(c) * H + h;
@@ -515,13 +502,13 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
         if (kBufs == 2 && c + 1 < c_end)
             walk_prefetch<kOut>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
                                 min(kC, row_end - row1), ws, lay, slot + H, v0);
-        if constexpr (kOut) row_inv_norms<kWalkThreads>(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+        if constexpr (kOut) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
         {  // S0 of this chunk: to smem (B operand below) and, for the out kernel, to the workspace
             float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
-            const int r = r0 + g;
+            const int r = 16 * warp + g;
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int col = c0 + 8 * j + 2 * t;
+            for (int j = 0; j < 4; ++j) {
+                const int col = 8 * j + 2 * t;
                 const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
                 *reinterpret_cast<float2 *>(sS + r * kLdSl + col) = lo;
                 *reinterpret_cast<float2 *>(sS + (r + 8) * kLdSl + col) = hi;
@@ -536,13 +523,13 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
         // S = 0 entering a prompt's first chunk, so W S and Q_raw S are exact zeros there and their MMAs are skipped;
         // the state leaving the last chunk is never read, so its update is skipped (the same bytes either way)
         const bool first = c == c_begin, last = c + 1 == c_end;
-        const int m0 = 16 * (warp & 3), n0 = 8 * (warp >> 2);  // this warp's block of Delta and O
-        float oacc[1][4] = {};
-        if constexpr (kOut) chunk_p<kWarps>(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
+        const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
+        float oacc[2][4] = {};
+        if constexpr (kOut) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
         {  // Delta = U - W S (and O = Q_raw S, 2-term: q is exact)
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
-            float big[1][4] = {}, small[1][4] = {};
+            float big[2][4] = {}, small[2][4] = {};
             if (!first)
 #pragma unroll 4
             for (int k0 = 0; k0 < kD; k0 += 8) {
@@ -558,7 +545,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
                     aq[3] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t + 4]);
                 }
 #pragma unroll
-                for (int j = 0; j < 1; ++j) {
+                for (int j = 0; j < 2; ++j) {
                     uint32_t bh[2], bl[2];
                     tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
                     tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
@@ -577,7 +564,7 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
                 const int i = m0 + g + 8 * half;
                 const float f = cur.rk[i] * expf(gam_last - cur.gam[i]);
 #pragma unroll
-                for (int j = 0; j < 1; ++j) {
+                for (int j = 0; j < 2; ++j) {
                     const int col = n0 + 8 * j + 2 * t;
                     const float2 u = *reinterpret_cast<const float2 *>(cur.U + i * kLdSl + col);
                     const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
@@ -593,7 +580,8 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
         __syncthreads();
         if (!last) {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
             const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
-            float big[2][4] = {}, small[2][4] = {};
+            const int r0 = 16 * warp;
+            float big[4][4] = {}, small[4][4] = {};
 #pragma unroll 2
             for (int i0 = 0; i0 < kC; i0 += 8) {
                 uint32_t a[4];
@@ -602,24 +590,24 @@ __global__ void __launch_bounds__(kWalkThreads, 1) gdn_walk_mma_kernel(const bf1
                 a[2] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g]);
                 a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g + 8]);
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
+                for (int j = 0; j < 4; ++j) {
                     uint32_t bh[2], bl[2];
-                    tf32_split(sDf[(i0 + t) * kLdSl + c0 + 8 * j + g], bh[0], bl[0]);
-                    tf32_split(sDf[(i0 + t + 4) * kLdSl + c0 + 8 * j + g], bh[1], bl[1]);
+                    tf32_split(sDf[(i0 + t) * kLdSl + 8 * j + g], bh[0], bl[0]);
+                    tf32_split(sDf[(i0 + t + 4) * kLdSl + 8 * j + g], bh[1], bl[1]);
                     mma_tf32(small[j], a, bl);
                     mma_tf32(big[j], a, bh);
                 }
             }
             const float e_last = expf(gam_last);
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
         }
-        if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 8 block of the slab
-            scale_q_rows<1>(oacc, sQs, cur.gam, m0);
-            mma_p_delta<1>(sP, sD, kLdSl, m0, n0, oacc);
-            store_o_rows<1>(oacc, o, row0, len, H, h, v0 + n0, m0);
+        if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
+            scale_q_rows<2>(oacc, sQs, cur.gam, m0);
+            mma_p_delta<2>(sP, sD, kLdSl, m0, n0, oacc);
+            store_o_rows<2>(oacc, o, row0, len, H, h, v0 + n0, m0);
         }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
@@ -663,7 +651,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     __syncthreads();
     row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
     __syncthreads();
-    chunk_p<kThreads / 32>(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
+    chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
     const int m0 = 16 * (warp & 3), n0 = 64 * (warp >> 2);
     float acc[8][4] = {};
     const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
@@ -816,13 +804,13 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     const size_t smem = walk_smem(bufs, walk_writes_o);
     const int h32 = int(H), hk32 = int(HK);
     if (walk_writes_o && bufs == 2)
-        gdn_walk_mma_kernel<2, true><<<walk_grid, kWalkThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else if (walk_writes_o)
-        gdn_walk_mma_kernel<1, true><<<walk_grid, kWalkThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else if (bufs == 2)
-        gdn_walk_mma_kernel<2, false><<<walk_grid, kWalkThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else
-        gdn_walk_mma_kernel<1, false><<<walk_grid, kWalkThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     CS1_CUDA(cudaGetLastError());
     if (!walk_writes_o)
         gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws, lay,
