@@ -6,7 +6,8 @@
 # the kernels whose names match KERNELS (a regex; default: every non-GEMM kernel of ours).
 # SOURCES=1 instead profiles one launch per case of SOURCE_CASES ("LENGTH:REGEX ...", default: the GDN prep, walk and
 # out kernels at 160 and 2048 rows) with the full section set and the per-instruction source counters (the build
-# gets -lineinfo): $OUT/src-<length>-<regex>.details.txt and .sass.csv.xz (warp stalls per SASS instruction).
+# gets -lineinfo): src-<length>-<regex>.details.txt and .sass.csv.xz (warp stalls per SASS instruction), packed in
+# $OUT/sources.tar.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_profile_out}
@@ -28,6 +29,8 @@ if [ "${SOURCES:-0}" = 1 ]; then
       | tr -s ' ' | head -8 | tee -a "$OUT/profile.log"
     rm -f "$OUT/$name.ncu-rep"
   done
+  # one archive: the device tool returns a limited number of files per call
+  (cd "$OUT" && tar cf sources.tar src-* && rm -f src-*)
   exit 0
 fi
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,launch__grid_size,\
