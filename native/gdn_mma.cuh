@@ -17,13 +17,6 @@ __device__ __forceinline__ uint32_t bf16_bits_as_tf32(uint16_t b) { return uint3
 
 #ifndef GDN_MMA_EMULATED
 
-// fp32 rounded to tf32 (nearest, ties away; low 13 bits zero), the value the tensor cores read
-__device__ __forceinline__ float tf32_round(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
 // d += A B, tf32 operands, fp32 accumulate
 __device__ __forceinline__ void mma_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     asm volatile(
@@ -61,9 +54,16 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 #endif  // GDN_MMA_EMULATED
 
-// x = hi + lo with hi, lo tf32: a 3-product (hi hi + hi lo + lo hi) keeps ~fp32 accuracy
+// x = hi + lo with hi, lo tf32: a 3-product (hi hi + hi lo + lo hi) keeps ~fp32 accuracy.
+// Both parts are x rounded to tf32 as cvt.rna.tf32.f32 rounds a finite value (nearest, ties away from zero: add half
+// of the dropped 13 bits, then drop them), in 5 integer / fp32 instructions where cvt.rna compiles to 7 on sm_90
+// (its Inf / NaN test and select on each part; lever 32). lo keeps its low 13 bits: the tensor cores do not read
+// them. Inf and NaN: hi of an Inf is that Inf; a NaN x gives hi = -0, but lo = x - hi is the canonical NaN
+// 0x7fffffff, which the clamp keeps a NaN (without it, + 0x1000 would wrap it to -0), so NaN still reaches every
+// product that uses the split.
 __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    const float h = tf32_round(x);
-    hi = __float_as_uint(h);
-    lo = __float_as_uint(tf32_round(x - h));
+    const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    hi = h;
+    const int rest = int(__float_as_uint(x - __uint_as_float(h)));  // exact: x - h fits in the 13 dropped bits
+    lo = uint32_t(min(rest, 0x7fffefff) + 0x1000);
 }

@@ -492,6 +492,26 @@ def test_prefill_tiny_qk(cs1, gpu, rng):
     check_prefill("prefill |q|,|k| ~ 1e-9 T=300", got, ref)
 
 
+@pytest.mark.parametrize("t", [200, 700])  # the walk that writes O (<= 256 rows) and the one with the out kernel
+def test_prefill_nan_reaches_exactly_its_column(cs1, gpu, rng, t):
+    """One NaN in v (row i, value head h, column c) must reach O in that column from the start of its 64-row chunk
+    (P Delta multiplies the masked upper triangle, 0 x NaN = NaN) to the end of its prompt, and nowhere else: the
+    tf32 splits of the walk and out kernels keep NaN (a split that rounded the canonical NaN by integer arithmetic
+    without a clamp would turn it into -0 and leave finite garbage)."""
+    h, hk = 8, 4
+    first = t - 60  # a second, finite prompt of 60 rows after the first
+    bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
+    i, head, col = first - 70, 5, 77  # a row inside the prompt's second-to-last chunk
+    vals = bf16.from_bits(bits)
+    vals[i, (2 * hk + head) * D + col] = np.nan
+    got = run_prefill(cs1, gpu, bf16.to_bits(vals), ld, g, beta, [0, first, t], t, h, hk)
+    expect = np.zeros(got.shape, dtype=bool)
+    expect[i // 64 * 64: first, head, col] = True  # the prompt starts at row 0
+    nan = np.isnan(got)
+    print(f"T={t}: {int(nan.sum())} NaN outputs, {int(expect.sum())} expected")
+    assert np.array_equal(nan, expect)
+
+
 def test_prefill_all_padding(cs1, gpu, rng):
     h, hk, t = 4, 2, 70
     bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
