@@ -10,6 +10,8 @@ from $CUDA_HOME/include) and runs cases of 1 to 700 rows against tests/gpu/test_
 same cases also run through OLD_NATIVE_DIR's kernels and every output must have the same bytes: the check of a
 change meant to leave results unchanged. The emulator sums each MMA in double (the hardware's fp32 order is
 unspecified), so "the same bytes" here means the same operands in the same order, which the GPU then also gives.
+NaN is out of its reach: the CPU's fp32 arithmetic keeps a NaN's payload where the GPU returns the canonical
+0x7fffffff, so NaN propagation is checked on the GPU only (tests/gpu/test_gdn.py, the NaN case; LEVERS lever 32).
 --walk picks the walk kernel instantiation (default: the double-buffered walk that writes O itself when the source
 has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it).
 Several minutes on a 2-core machine.
