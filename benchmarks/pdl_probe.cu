@@ -20,14 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                                   \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                             \
-        }                                                                                             \
-    } while (0)
+#include "probe_check.h"
 
 constexpr int kBlocks = 264, kThreads = 256, kLaunches = 400, kReps = 30;
 
