@@ -61,13 +61,11 @@ def build(native: Path, walk: str | None, name: str) -> Path:
         body = "#define GDN_PREP_INDEX 1\n" + body
     if walk_out:
         body = f"#define GDN_WALK_OUT {1 if walk.replace(' ', '').endswith(',true>') else 0}\n" + body
-    walk_threads = "kWalkThreads" if "kWalkThreads" in src else "kThreads"  # 16-warp walks from lever 31
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     subprocess.run(["g++", "-std=c++20", "-O2", "-pthread", "-w", f"-I{cuda}/include", f"-I{HERE}", f"-I{native}",
-                    f"-DWALK={walk}", f"-DWALK_THREADS={walk_threads}", str(WORK / f"{name}.cpp"), "-o", str(exe)],
-                   check=True)
+                    f"-DWALK={walk}", str(WORK / f"{name}.cpp"), "-o", str(exe)], check=True)
     print(f"built {name} from {native} (walk {walk})", flush=True)
     return exe
 

@@ -1,6 +1,5 @@
 // ---- emulation driver: one cs1_gdn_prefill (index, prep, walk[, out]) on files written by check.py ----
-// WALK is the walk kernel instantiation to run, e.g. gdn_walk_mma_kernel<2, true> (set by check.py with -DWALK=...),
-// WALK_THREADS its block size (kWalkThreads where the source has it, else kThreads).
+// WALK is the walk kernel instantiation to run, e.g. gdn_walk_mma_kernel<2, true> (set by check.py with -DWALK=...).
 #include <string>
 static std::vector<char> readf(const std::string &p) {
     FILE *f = fopen(p.c_str(), "rb");
@@ -58,16 +57,15 @@ int main(int argc, char **argv) {
 #endif
                int(n), int(T), int(H), int(HK), ws, lay, o);
     if (n > 0)
-        emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(WALK_THREADS), (const bf16 *)x, ld, int(H), int(HK), scale, ws,
-                   lay, o);
+        emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), scale, ws, lay,
+                   o);
     if (!GDN_WALK_OUT)
         emu_launch(gdn_out_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(H), int(HK),
                    scale, ws, lay, o);
 #else
     emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
                (const float *)beta, int(n), int(H), int(HK), ws, lay);
-    if (n > 0)
-        emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(WALK_THREADS), (const bf16 *)x, ld, int(H), int(HK), ws, lay);
+    if (n > 0) emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), ws, lay);
     emu_launch(gdn_out_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(T), int(H), int(HK),
                scale, ws, lay, o);
 #endif
