@@ -4,10 +4,15 @@
     python -m benchmarks.gemm_pins --rows 144,160 --shapes out_o_proj --table /tmp/t.json     # a quick look
     python -m benchmarks.gemm_pins filter --table T.json --inprocess AB.json --output T2.json
 
+    python -m benchmarks.gemm_pins merge --table T.json --add NEW.json --output T3.json
+
 `filter` keeps the pins of a padded length only where the whole forward gained: AB.json is an in-process A/B
 (benchmarks/inprocess.py --gemm-pins off --gemm-pins-b T.json) at those lengths, and a length whose paired median
-B - A is above zero, or that it did not measure, loses its pins. The GEMM bench alone is not enough: its first
+B - A is above zero, or that it did not measure, loses its pins (with --keep-unmeasured a length it did not measure
+keeps them: the A/B of lengths just added to a validated table). The GEMM bench alone is not enough: its first
 table won at 144 rows in isolation and lost 0.05-0.06 ms per forward there, twice (LEVERS lever 30).
+`merge` adds a table measured at other lengths (--rows) on the same device to a table; a length pinned in both is
+refused.
 
 Candidates per (N, K, M), each on its own GEMM handle (cs1_gemm_pin, then one eager call makes the plan):
 - the default plan (cuBLASLt's first heuristic at M);
@@ -205,6 +210,8 @@ def filter_table(argv: list[str]) -> int:
     ap.add_argument("--table", required=True, help="the pin table the A/B's arm B ran")
     ap.add_argument("--inprocess", required=True, help="benchmarks/inprocess.py --output of that A/B")
     ap.add_argument("--output", required=True, help="write the filtered table here")
+    ap.add_argument("--keep-unmeasured", action="store_true",
+                    help="keep the pins of lengths the A/B did not measure (an A/B of only the lengths just added)")
     args = ap.parse_args(argv)
     gemm_pins.load_table(args.table)  # valid before anything is written
     table = json.loads(Path(args.table).read_text())
@@ -214,7 +221,9 @@ def filter_table(argv: list[str]) -> int:
     kept, dropped = [], {}
     for pin in table["pins"]:
         d = delta.get(pin["M"])
-        if d is not None and d <= 0:
+        if d is None and args.keep_unmeasured:
+            kept.append(pin)
+        elif d is not None and d <= 0:
             kept.append({**pin, "forward_delta_ms": round(d, 4)})
         else:
             dropped[pin["M"]] = "not measured" if d is None else f"{d:+.4f} ms"
@@ -222,12 +231,40 @@ def filter_table(argv: list[str]) -> int:
         print(f"M={M:>5}: pins dropped ({dropped[M]})")
     print(f"{len(kept)} of {len(table['pins'])} pins kept; lengths measured: {len(delta)}")
     table["pins"] = kept
-    table["measured"]["validated"] = {"inprocess": Path(args.inprocess).name, "commit": ab.get("commit"),
-                                      "rule": "a length keeps its pins if the paired median B - A of its whole "
-                                              "forward (pins off = A, this table = B) is <= 0",
-                                      "dropped_lengths": {str(k): v for k, v in sorted(dropped.items())}}
+    record = {"inprocess": Path(args.inprocess).name, "commit": ab.get("commit"),
+              "rule": "a length keeps its pins if the paired median B - A of its whole forward (pins off = A, this "
+                      "table = B) is <= 0" + ("; lengths it did not measure keep theirs" if args.keep_unmeasured
+                                              else ""),
+              "dropped_lengths": {str(k): v for k, v in sorted(dropped.items())}}
+    if args.keep_unmeasured:  # a validation of added lengths; the first one stays as it was
+        table["measured"].setdefault("validated_added", []).append(record)
+    else:
+        table["measured"]["validated"] = record
     Path(args.output).write_text(json.dumps(table, indent=1) + "\n")
     gemm_pins.load_table(args.output)
+    return 0
+
+
+def merge_tables(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gemm_pins merge",
+                                 description="add the pins of a table measured at other lengths to a table")
+    ap.add_argument("--table", required=True, help="the table to extend (its pins and provenance are kept)")
+    ap.add_argument("--add", required=True, help="a table of the same device measured at other padded lengths")
+    ap.add_argument("--output", required=True, help="write the merged table here")
+    args = ap.parse_args(argv)
+    base_key, add_key = gemm_pins.load_table(args.table).key, gemm_pins.load_table(args.add).key
+    if base_key != add_key:
+        raise SystemExit(f"merge: {args.add} was measured on {add_key.describe()}, {args.table} on "
+                         f"{base_key.describe()}")
+    base, add = json.loads(Path(args.table).read_text()), json.loads(Path(args.add).read_text())
+    overlap = sorted({p["M"] for p in base["pins"]} & {p["M"] for p in add["pins"]})
+    if overlap:  # one table per length: which measurement would win is not the merge's call
+        raise SystemExit(f"merge: both tables pin the lengths {overlap}; measure disjoint lengths")
+    base["pins"] = sorted(base["pins"] + add["pins"], key=lambda p: (p["M"], p["N"], p["K"]))
+    base["measured"].setdefault("added", []).append(add["measured"])
+    Path(args.output).write_text(json.dumps(base, indent=1) + "\n")
+    gemm_pins.load_table(args.output)
+    print(f"{len(add['pins'])} pins added to {len(base['pins']) - len(add['pins'])}: {args.output}")
     return 0
 
 
@@ -235,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["filter"]:
         return filter_table(argv[1:])
+    if argv[:1] == ["merge"]:
+        return merge_tables(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--library", help="libqwen3_5_cuda.so (default: $CS1_LIBRARY or target/)")
     ap.add_argument("--device", type=int, default=0)

@@ -11,8 +11,13 @@
 #           (INAB_SEED: other prompts than the ladder step's)
 #   model   tests/gpu/test_model.py (the 4B shape against transformers, with the table on "auto")
 #   http    scripts/gpu_http_ab.sh: A = CS1_GEMM_PINS=off, B = the table (Public231, rotated rounds)
+# PIN_MIN_ROWS > 0 extends the shipped table instead of remaking it: `pins` measures only the ladder lengths in
+# (PIN_MIN_ROWS, PIN_MAX_ROWS] (-> $OUT/gemm_pins_added.json) and merges them into startlux_native/gemm_pins/h200.json
+# (`gemm_pins merge`), and `ladder` A/Bs only those lengths and filters with --keep-unmeasured (the shipped table's
+# own lengths keep their pins and their first validation). E.g. PIN_MIN_ROWS=8192 PIN_MAX_ROWS=32768.
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="..."] [TABLE=<an existing table for inab/model/http>]
-#   [PIN_MAX_ROWS=8192] [PINS_TIMEOUT=300] [LADDER_REPEAT=20] [LADDER_TIMEOUT=300] [INPROCESS_LENGTHS=...]
+#   [PIN_MIN_ROWS=0] [PIN_MAX_ROWS=8192] [PINS_TIMEOUT=300] [LADDER_REPEAT=20] [LADDER_TIMEOUT=300]
+#   [INPROCESS_LENGTHS=...]
 #   [INAB_REPEAT=30] [INAB_SEED=1234] [HTTP_ROUNDS=6] scripts/gpu_gemm_pins.sh
 # Writes $OUT/summary.txt, $OUT/gemm_pins_h200.json, $OUT/gemm_pins_log.json.xz, $OUT/inprocess-ab.json,
 # $OUT/ab.txt and $OUT/logs.tar.xz (every log). Each step has its own timeout; a failed step does not stop the rest.
@@ -58,10 +63,24 @@ if step tests; then
   grep -E "^gemm pins:|this device:" "$W/test_model_pins.log" | sed 's/^/  /' | tee -a "$S"
 fi
 TABLE=${TABLE:-}
+MIN_ROWS=${PIN_MIN_ROWS:-0}
+# the padded lengths measured: the ladder in (PIN_MIN_ROWS, PIN_MAX_ROWS]
+LADDER=$(python3 -c "from startlux_native.cuda_backend import ladder_lengths as L; \
+print(','.join(str(m) for m in L(32768) if $MIN_ROWS < m <= ${PIN_MAX_ROWS:-8192}))")
 if step pins; then
-  timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" --table "$FINAL/gemm_pins_h200.json" \
-    --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
-  say "gemm_pins rc=$?: $(tail -n1 "$W/gemm_pins.log")"
+  if [ "$MIN_ROWS" -gt 0 ]; then  # extend the shipped table with the new lengths
+    timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --rows "$LADDER" \
+      --table "$FINAL/gemm_pins_added.json" --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
+    say "gemm_pins (lengths $LADDER) rc=$?: $(tail -n1 "$W/gemm_pins.log")"
+    [ -s "$FINAL/gemm_pins_added.json" ] && python3 -m benchmarks.gemm_pins merge \
+      --table startlux_native/gemm_pins/h200.json --add "$FINAL/gemm_pins_added.json" \
+      --output "$FINAL/gemm_pins_h200.json" >"$W/merge.log" 2>&1
+    say "merge rc=$?: $(tail -n1 "$W/merge.log")"
+  else
+    timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" \
+      --table "$FINAL/gemm_pins_h200.json" --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
+    say "gemm_pins rc=$?: $(tail -n1 "$W/gemm_pins.log")"
+  fi
   grep -E "^forward" "$W/gemm_pins.log" | tee -a "$S"
   xz -k -c "$W/gemm_pins_log.json" >"$FINAL/gemm_pins_log.json.xz" 2>/dev/null
   if [ -s "$FINAL/gemm_pins_h200.json" ]; then
@@ -72,15 +91,14 @@ fi
 wait "$CKPT_PID"
 if step ladder; then
   if [ -z "$TABLE" ]; then say "ladder skipped: no table"; else
-    LADDER=$(python3 -c "from startlux_native.cuda_backend import ladder_lengths as L; \
-print(','.join(str(m) for m in L(32768) if m <= ${PIN_MAX_ROWS:-8192}))")
     timeout "${LADDER_TIMEOUT:-300}" python3 -m benchmarks.inprocess "$CKPT" --gemm-pins off --gemm-pins-b "$TABLE" \
       --graphs on --repeat "${LADDER_REPEAT:-20}" --lengths "$LADDER" --output "$FINAL/inprocess-ladder.json" \
       >"$W/inprocess-ladder.log" 2>&1
     say "inprocess ladder A/B rc=$?"
     grep -E "^ *[0-9]+ .* B " "$W/inprocess-ladder.log" | tr -s ' ' | cut -d' ' -f2,9 | tr '\n' ';' | tee -a "$S"; echo | tee -a "$S"
+    KEEP=(); [ "$MIN_ROWS" -gt 0 ] && KEEP=(--keep-unmeasured)
     python3 -m benchmarks.gemm_pins filter --table "$TABLE" --inprocess "$FINAL/inprocess-ladder.json" \
-      --output "$FINAL/gemm_pins_h200.json" >"$W/filter.log" 2>&1
+      --output "$FINAL/gemm_pins_h200.json" ${KEEP[@]+"${KEEP[@]}"} >"$W/filter.log" 2>&1
     say "filter rc=$?: $(tail -n1 "$W/filter.log")"
     grep dropped "$W/filter.log" | tee -a "$S"
     mkdir -p startlux_native/gemm_pins && cp "$FINAL/gemm_pins_h200.json" startlux_native/gemm_pins/h200.json

@@ -127,6 +127,57 @@ def test_filter_keeps_only_the_lengths_whose_forward_gained(tmp_path):
     assert validated["dropped_lengths"] == {"144": "+0.0470 ms", "320": "not measured"}
 
 
+def test_filter_keep_unmeasured_judges_only_the_added_lengths(tmp_path):
+    """filter --keep-unmeasured: an A/B of the lengths just added judges those; the table's other pins stay as they
+    were, and the first validation record is kept beside the new one."""
+    from benchmarks import gemm_pins as tool
+
+    table = write(tmp_path, [pin(M=160, forward_delta_ms=-0.03), pin(M=9216), pin(M=10240)],
+                  measured={"commit": "x", "validated": {"commit": "first"}})
+    rows = [{"tokens": 9216, "graphs": True, "arm": "B", "paired_delta_ms": -0.4},
+            {"tokens": 10240, "graphs": True, "arm": "B", "paired_delta_ms": 0.2}]
+    ab = tmp_path / "ab.json"
+    ab.write_text(json.dumps({"commit": "y", "rows": rows}))
+    out = tmp_path / "out.json"
+    assert tool.main(["filter", "--table", str(table), "--inprocess", str(ab), "--output", str(out),
+                      "--keep-unmeasured"]) == 0
+    assert [p.M for p in gemm_pins.load_table(out).pins] == [160, 9216]
+    measured = json.loads(out.read_text())["measured"]
+    assert measured["validated"] == {"commit": "first"}
+    assert measured["validated_added"][0]["dropped_lengths"] == {"10240": "+0.2000 ms"}
+
+
+def test_merge_adds_disjoint_lengths_and_refuses_the_rest(tmp_path):
+    """benchmarks.gemm_pins merge: pins of other lengths are added (sorted, provenance kept); a length pinned in both
+    tables, or a table of another device, is refused and nothing is written."""
+    from benchmarks import gemm_pins as tool
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"format": gemm_pins.FORMAT, "device": KEY.as_json(), "measured": {"commit": "a"},
+                                "pins": [pin(M=160), pin(M=8192, K=9216)]}))
+    add = tmp_path / "add.json"
+    add.write_text(json.dumps({"format": gemm_pins.FORMAT, "device": KEY.as_json(), "measured": {"commit": "b"},
+                               "pins": [pin(M=10240), pin(M=9216, K=9216)]}))
+    out = tmp_path / "out.json"
+    assert tool.main(["merge", "--table", str(base), "--add", str(add), "--output", str(out)]) == 0
+    assert [(p.M, p.K) for p in gemm_pins.load_table(out).pins] == [(160, 4096), (8192, 9216), (9216, 9216),
+                                                                    (10240, 4096)]
+    measured = json.loads(out.read_text())["measured"]
+    assert measured["commit"] == "a" and measured["added"] == [{"commit": "b"}]
+
+    clash = tmp_path / "clash.json"
+    clash.write_text(json.dumps({"format": gemm_pins.FORMAT, "device": KEY.as_json(), "measured": {},
+                                 "pins": [pin(M=160, K=9216)]}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": gemm_pins.FORMAT, "measured": {}, "pins": [pin(M=9216)],
+                                 "device": dataclasses.replace(KEY, cublaslt_version=130000).as_json()}))
+    for bad, message in ((clash, r"both tables pin the lengths \[160\]"), (other, "was measured on")):
+        dest = tmp_path / f"no-{bad.name}"
+        with pytest.raises(SystemExit, match=message):
+            tool.main(["merge", "--table", str(base), "--add", str(bad), "--output", str(dest)])
+        assert not dest.exists()
+
+
 # ---- benchmarks/gemm_pins.py end to end on a stand-in library (the GPU run is scripts/gpu_gemm_pins.sh) ------------
 
 
