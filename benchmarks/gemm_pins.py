@@ -68,6 +68,15 @@ def estimate_us(M: int, N: int, K: int) -> float:
     return max(N * K * 2 / 3.0e12, 2.0 * M * N * K / 600e12) * 1e6 + 2.0
 
 
+def rows_and_ladder(rows_arg: str | None, max_rows: int) -> tuple[list[int], list[int]]:
+    """The lengths to measure (--rows, else the ladder up to --max-rows) and the ladder their neighbours come from:
+    it reaches the longest of them, so lengths above --max-rows (a table extended past 8,192) get neighbours too."""
+    rows = [int(v) for v in rows_arg.split(",")] if rows_arg else None
+    top = max([max_rows] + (rows or []))
+    ladder = [m for m in ladder_lengths(SERVER_MAX_TOKENS) if m <= top]
+    return (rows if rows is not None else [m for m in ladder if m <= max_rows]), ladder
+
+
 def neighbours(M: int, ladder: list[int], above: int) -> list[int]:
     """The ladder lengths next to M: one below and `above` above (M itself excluded)."""
     if M in ladder:
@@ -300,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from startlux_native import abi
 
-    ladder = [m for m in ladder_lengths(SERVER_MAX_TOKENS) if m <= args.max_rows]
-    rows = [int(v) for v in args.rows.split(",")] if args.rows else ladder
+    rows, ladder = rows_and_ladder(args.rows, args.max_rows)
     shapes = [s for s in SHAPES if s[0] in args.shapes.split(",")]
     if not shapes or not rows or min(rows) < 1:
         ap.error("no shapes or rows to measure")

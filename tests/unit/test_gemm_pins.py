@@ -147,6 +147,18 @@ def test_filter_keep_unmeasured_judges_only_the_added_lengths(tmp_path):
     assert measured["validated_added"][0]["dropped_lengths"] == {"10240": "+0.2000 ms"}
 
 
+def test_lengths_above_max_rows_get_their_neighbours():
+    """--rows past --max-rows (extending a table above 8,192): the neighbour ladder reaches the longest of them, so
+    9,216 is tried with the heuristics of 8,192 below and 10,240 .. 12,288 above, not of 8,192 alone."""
+    from benchmarks import gemm_pins as tool
+
+    rows, ladder = tool.rows_and_ladder("9216,10240,11264,12288", 8192)
+    assert rows == [9216, 10240, 11264, 12288] and ladder[-1] == 12288
+    assert tool.neighbours(9216, ladder, 3) == [8192, 10240, 11264, 12288]
+    rows, ladder = tool.rows_and_ladder(None, 512)
+    assert rows == ladder and rows[-1] == 512 and rows[0] == 16
+
+
 def test_merge_adds_disjoint_lengths_and_refuses_the_rest(tmp_path):
     """benchmarks.gemm_pins merge: pins of other lengths are added (sorted, provenance kept); a length pinned in both
     tables, or a table of another device, is refused and nothing is written."""
