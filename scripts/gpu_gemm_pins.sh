@@ -72,10 +72,13 @@ if step pins; then
     timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --rows "$LADDER" \
       --table "$FINAL/gemm_pins_added.json" --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
     say "gemm_pins (lengths $LADDER) rc=$?: $(tail -n1 "$W/gemm_pins.log")"
-    [ -s "$FINAL/gemm_pins_added.json" ] && python3 -m benchmarks.gemm_pins merge \
-      --table startlux_native/gemm_pins/h200.json --add "$FINAL/gemm_pins_added.json" \
-      --output "$FINAL/gemm_pins_h200.json" >"$W/merge.log" 2>&1
-    say "merge rc=$?: $(tail -n1 "$W/merge.log")"
+    if [ -s "$FINAL/gemm_pins_added.json" ]; then
+      python3 -m benchmarks.gemm_pins merge --table startlux_native/gemm_pins/h200.json \
+        --add "$FINAL/gemm_pins_added.json" --output "$FINAL/gemm_pins_h200.json" >"$W/merge.log" 2>&1
+      say "merge rc=$?: $(tail -n1 "$W/merge.log")"
+    else
+      say "merge skipped: the bench wrote no table"
+    fi
   else
     timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --max-rows "${PIN_MAX_ROWS:-8192}" \
       --table "$FINAL/gemm_pins_h200.json" --log "$W/gemm_pins_log.json" >"$W/gemm_pins.log" 2>&1
