@@ -55,7 +55,8 @@ namespace { alignas(16) float smem[65536]; }
 #define GDN_MMA_EMULATED 1
 inline uint32_t __float_as_uint(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float x; std::memcpy(&x, &u, 4); return x; }
-// cvt.rna.tf32.f32: round to nearest, ties away from zero, on the low 13 bits (finite inputs)
+// cvt.rna.tf32.f32: round to nearest, ties away from zero, on the low 13 bits (finite inputs); called by the
+// tf32_split of trees before lever 32 (`--against` an older native/), today's split rounds by itself
 inline float tf32_round(float x) { uint32_t u = __float_as_uint(x); u = (u + 0x1000u) & 0xffffe000u; return __uint_as_float(u); }
 namespace emu { uint32_t xa[1024][4], xb[1024][2]; }
 // Full-matrix emulation of one warp's mma from every lane's fragments, with the PTX ISA layouts.
