@@ -62,16 +62,18 @@ if step parity; then
   timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
 fi
-if step tests; then
-  CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
-    >"$W/test_gdn.log" 2>&1
-  say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
-fi
-if step split; then
-  CS1_GDN_SPLIT_OUT=1 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
-    >"$W/test_gdn_split.log" 2>&1
-  say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
-fi
+# The test_gdn runs are correctness only (mostly float64 references on the CPU), so they run side by side; every
+# timed step comes after them.
+gdn_tests() {  # gdn_tests <log name> [VAR=value]: tests/gpu/test_gdn.py on the new build, in the background
+  local log=$1; shift
+  env "$@" CS1_LIBRARY="$NEW" timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
+    >"$W/$log.log" 2>&1 &
+}
+step tests && gdn_tests test_gdn
+step split && gdn_tests test_gdn_split CS1_GDN_SPLIT_OUT=1
+wait
+step tests && say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
+step split && say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
 if step memcheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
   CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
