@@ -5,6 +5,7 @@
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
+#   nopre     the same with CS1_GDN_PRESPLIT=0 (the walk without pre-split operands, as on sm_80)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 640 1024 4096 on the new build
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
@@ -71,6 +72,11 @@ if step split; then
   CS1_GDN_SPLIT_OUT=1 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
     >"$W/test_gdn_split.log" 2>&1
   say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
+fi
+if step nopre; then
+  CS1_GDN_PRESPLIT=0 CS1_LIBRARY=$NEW timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gdn.py \
+    >"$W/test_gdn_nopre.log" 2>&1
+  say "test_gdn (CS1_GDN_PRESPLIT=0): $(tail -n1 "$W/test_gdn_nopre.log")"
 fi
 if step memcheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
