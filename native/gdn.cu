@@ -343,8 +343,10 @@ static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0, "walk b
 // Shared memory of a walk block: kBufs chunk buffers, the state slab S and diag(f) Delta; with kOut also Delta,
 // P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
 // 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
-constexpr size_t walk_smem(int bufs, bool out) {
-    return bufs * (out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) + (kD * kLdSl + kC * kLdSl) * sizeof(float) +
+// pre_split (the walk without O only): S and diag(f) Delta stored as tf32 hi + lo, 30 KiB more: 181 KiB (sm_90).
+constexpr size_t walk_smem(int bufs, bool out, bool pre_split = false) {
+    return bufs * (out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
+           (pre_split ? 2 : 1) * (kD * kLdSl + kC * kLdSl) * sizeof(float) +
            (out ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
 }
 
@@ -438,6 +440,37 @@ __device__ __forceinline__ void store_o_rows(const float acc[NT][4], bf16 *o, in
     }
 }
 
+// A shared B operand of the walk (the state slab S, [128][kLdSl], or diag(f) Delta, [64][kLdSl]). Pre-split: each
+// value is stored as tf32 hi + lo, split once by its writer, instead of as fp32 split again by every warp that reads
+// it (4 readers of each S value, 8 of each diag(f) Delta value). The MMAs get the same bits in the same order either
+// way (lever 20, re-applied on lever 32's split).
+template <bool kPreSplit>
+struct WalkOperand {
+    uint32_t *first;   // hi (pre-split) or the fp32 value's bits
+    uint32_t *second;  // lo (pre-split only)
+    __device__ __forceinline__ void put2(int at, float x0, float x1) const {  // at: even
+        if constexpr (kPreSplit) {
+            uint2 h, l;
+            tf32_split(x0, h.x, l.x);
+            tf32_split(x1, h.y, l.y);
+            *reinterpret_cast<uint2 *>(first + at) = h;
+            *reinterpret_cast<uint2 *>(second + at) = l;
+        } else {
+            *reinterpret_cast<float2 *>(first + at) = make_float2(x0, x1);
+        }
+    }
+    // the B fragment of rows (r, r + 4) at column c: at = r * kLdSl + c
+    __device__ __forceinline__ void fragment(int at, uint32_t hi[2], uint32_t lo[2]) const {
+        if constexpr (kPreSplit) {
+            hi[0] = first[at], hi[1] = first[at + 4 * kLdSl];
+            lo[0] = second[at], lo[1] = second[at + 4 * kLdSl];
+        } else {
+            tf32_split(__uint_as_float(first[at]), hi[0], lo[0]);
+            tf32_split(__uint_as_float(first[at + 4 * kLdSl]), hi[1], lo[1]);
+        }
+    }
+};
+
 template <bool kOut>
 __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *rows, int64_t ld, int hk, int HK,
                                               int len, const unsigned char *ws, const Layout &lay, size_t slot,
@@ -464,11 +497,13 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *ro
 // kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
-template <int kBufs, bool kOut>
+// kPreSplit (without kOut only: both do not fit one SM's shared memory): S and diag(f) Delta pre-split (WalkOperand).
+template <int kBufs, bool kOut, bool kPreSplit = false>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, float scale,
                                                                    unsigned char *__restrict__ ws, Layout lay,
                                                                    bf16 *__restrict__ o) {
+    static_assert(!(kOut && kPreSplit), "the pre-split operands leave no shared memory for O's tiles");
     using Buf = WalkBufOf<kOut>;
     const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -480,9 +515,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Buf *buf = reinterpret_cast<Buf *>(smem_raw);
-    float *sS = reinterpret_cast<float *>(buf + kBufs);  // [128][kLdSl] state slab entering the chunk
-    float *sDf = sS + kD * kLdSl;                         // [64][kLdSl] diag(f) Delta
-    float *sD = sDf + kC * kLdSl;                         // kOut: [64][kLdSl] Delta
+    uint32_t *ops = reinterpret_cast<uint32_t *>(buf + kBufs);
+    constexpr int kNs = kD * kLdSl, kNdf = kC * kLdSl;
+    const WalkOperand<kPreSplit> sS{ops, ops + kNs + kNdf};         // [128][kLdSl] state slab entering the chunk
+    const WalkOperand<kPreSplit> sDf{ops + kNs, ops + 2 * kNs + kNdf};  // [64][kLdSl] diag(f) Delta
+    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);             // kOut: [64][kLdSl] Delta
     float *sP = sD + kC * kLdSl;                          // kOut: [64][kLdL] P
     float *sQs = sP + kC * kLdL;                          // kOut: [64] scale / |q_i|
 
@@ -510,8 +547,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
             for (int j = 0; j < 4; ++j) {
                 const int col = 8 * j + 2 * t;
                 const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
-                *reinterpret_cast<float2 *>(sS + r * kLdSl + col) = lo;
-                *reinterpret_cast<float2 *>(sS + (r + 8) * kLdSl + col) = hi;
+                sS.put2(r * kLdSl + col, lo.x, lo.y);
+                sS.put2((r + 8) * kLdSl + col, hi.x, hi.y);
                 if constexpr (!kOut) {
                     *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
                     *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
@@ -547,8 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     uint32_t bh[2], bl[2];
-                    tf32_split(sS[(k0 + t) * kLdSl + n0 + 8 * j + g], bh[0], bl[0]);
-                    tf32_split(sS[(k0 + t + 4) * kLdSl + n0 + 8 * j + g], bh[1], bl[1]);
+                    sS.fragment((k0 + t) * kLdSl + n0 + 8 * j + g, bh, bl);
                     mma_tf32(small[j], ah, bl);
                     mma_tf32(small[j], al, bh);
                     mma_tf32(big[j], ah, bh);
@@ -573,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                         *reinterpret_cast<float2 *>(sD + i * kLdSl + col) = make_float2(d0, d1);
                     else
                         *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
-                    *reinterpret_cast<float2 *>(sDf + i * kLdSl + col) = make_float2(d0 * f, d1 * f);
+                    sDf.put2(i * kLdSl + col, d0 * f, d1 * f);
                 }
             }
         }
@@ -592,8 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     uint32_t bh[2], bl[2];
-                    tf32_split(sDf[(i0 + t) * kLdSl + 8 * j + g], bh[0], bl[0]);
-                    tf32_split(sDf[(i0 + t + 4) * kLdSl + 8 * j + g], bh[1], bl[1]);
+                    sDf.fragment((i0 + t) * kLdSl + 8 * j + g, bh, bl);
                     mma_tf32(small[j], a, bl);
                     mma_tf32(big[j], a, bh);
                 }
@@ -700,11 +735,13 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 constexpr int64_t kWalkOutMaxRows = 256;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
-// one with kOut (0: it does not fit). CS1_GDN_SPLIT_OUT=1 in the environment (read once) sets out_bufs = 0: the
-// path of smaller devices, kept testable on larger ones.
+// one with kOut (0: it does not fit), pre_split for the walk without kOut with two buffers (sm_90's 227 KiB).
+// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_PRESPLIT=0 pre_split = 0: the
+// paths of smaller devices, kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
+    int pre_split;
 };
 
 template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
@@ -715,13 +752,13 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * pre_split
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, v >> 2};
+        *path = GdnPath{v & 3, (v >> 2) & 3, v >> 4};
         return 0;
     }
     int optin = 0;
@@ -730,16 +767,20 @@ int configure_device(GdnPath *path) {
     const size_t have = size_t(optin);
     path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
     path->out_bufs = (split && split[0] == '1') ? 0 : have >= walk_smem(2, true) ? 2 : have >= walk_smem(1, true);
+    const char *pre = getenv("CS1_GDN_PRESPLIT");
+    path->pre_split = !(pre && pre[0] == '0') && have >= walk_smem(2, false, true);
     int st = allow_smem(gdn_prep_mma_kernel, kPrepMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
+    if (st == 0 && path->pre_split)
+        st = allow_smem(gdn_walk_mma_kernel<2, false, true>, walk_smem(2, false, true));
     if (st == 0 && path->out_bufs == 2) st = allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true));
     if (st == 0 && path->out_bufs == 1) st = allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs, std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->pre_split, std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -778,7 +819,7 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, 0};
+    GdnPath path{2, 0, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -801,12 +842,15 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
-    const size_t smem = walk_smem(bufs, walk_writes_o);
+    const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
+    const size_t smem = walk_smem(bufs, walk_writes_o, pre_split);
     const int h32 = int(H), hk32 = int(HK);
     if (walk_writes_o && bufs == 2)
         gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else if (walk_writes_o)
         gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+    else if (pre_split)
+        gdn_walk_mma_kernel<2, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else if (bufs == 2)
         gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else

@@ -60,7 +60,8 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     if "kPrepIndexMaxSeqs" in src:  # prep computes the index itself for a few prompts
         body = "#define GDN_PREP_INDEX 1\n" + body
     if walk_out:
-        body = f"#define GDN_WALK_OUT {1 if walk.replace(' ', '').endswith(',true>') else 0}\n" + body
+        k_out = walk.replace(" ", "").rstrip(">").split(",")[1] == "true"  # <kBufs, kOut[, kPreSplit]>
+        body = f"#define GDN_WALK_OUT {int(k_out)}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
