@@ -421,6 +421,38 @@ __device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int 
     }
 }
 
+// mma_p_delta for two 16-row tiles (rows m0.. and m0 + 16..) at once: each Delta value is split once for both;
+// every element gets the same products in the same order as from mma_p_delta.
+template <int NT>
+__device__ __forceinline__ void mma_p_delta_2m(const float *P, const float *B, int ldb, int m0, int n0,
+                                               float acc[2][NT][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kC; k0 += 8) {
+        uint32_t ah[2][4], al[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const int r = m0 + 16 * mi + g;
+            tf32_split(P[r * kLdL + k0 + t], ah[mi][0], al[mi][0]);
+            tf32_split(P[(r + 8) * kLdL + k0 + t], ah[mi][1], al[mi][1]);
+            tf32_split(P[r * kLdL + k0 + t + 4], ah[mi][2], al[mi][2]);
+            tf32_split(P[(r + 8) * kLdL + k0 + t + 4], ah[mi][3], al[mi][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            uint32_t bh[2], bl[2];
+            tf32_split(B[(k0 + t) * ldb + n0 + 8 * j + g], bh[0], bl[0]);
+            tf32_split(B[(k0 + t + 4) * ldb + n0 + 8 * j + g], bh[1], bl[1]);
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                mma_tf32(acc[mi][j], al[mi], bh);
+                mma_tf32(acc[mi][j], ah[mi], bl);
+                mma_tf32(acc[mi][j], ah[mi], bh);
+            }
+        }
+    }
+}
+
 // rows m0 + g and m0 + g + 8 of acc (columns col0 + 8j + 2t, +1) as bf16 into o; rows >= len are not written
 template <int NT>
 __device__ __forceinline__ void store_o_rows(const float acc[NT][4], bf16 *o, int row0, int len, int H, int h,
@@ -654,7 +686,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 
 // Block (chunk, head), 8 warps:
 //   P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D      bf16 MMA (exact products); warp: rows 16 (w % 4).., cols 32 (w / 4)..
-//   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 16 (w % 4).., columns 64 (w / 4)..
+//   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 32 (w % 2).., columns 32 (w / 2)..
+// O's 32 x 32 warp tiles (two 16-row MMA tiles) have each S0 and Delta value split by 2 warps instead of the 4 of
+// 16 x 64 tiles: the splits, not the MMAs, fill the kernel's issue slots (LEVERS, Nsight source counters).
 // qs_i = scale / |q_i|. Only where the walk does not write O itself (calls longer than kWalkOutMaxRows rows, devices
 // whose shared memory does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
 __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
@@ -687,8 +721,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
     __syncthreads();
     chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
-    const int m0 = 16 * (warp & 3), n0 = 64 * (warp >> 2);
-    float acc[8][4] = {};
+    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+    float acc[2][4][4] = {};
     const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
     for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (2-term: q is exact)
         if (half == 1) {
@@ -701,29 +735,38 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 #pragma unroll 2
         for (int k0 = 0; k0 < kC; k0 += 8) {
             const int kq = half * kC + k0 + t;
-            uint32_t a[4];
-            a[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + kq]);
-            a[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + kq]);
-            a[2] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + kq + 4]);
-            a[3] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + kq + 4]);
+            uint32_t a[2][4];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int mi = 0; mi < 2; ++mi) {
+                const int r = m0 + 16 * mi + g;
+                a[mi][0] = bf16_bits_as_tf32(qb[r * kLdKb + kq]);
+                a[mi][1] = bf16_bits_as_tf32(qb[(r + 8) * kLdKb + kq]);
+                a[mi][2] = bf16_bits_as_tf32(qb[r * kLdKb + kq + 4]);
+                a[mi][3] = bf16_bits_as_tf32(qb[(r + 8) * kLdKb + kq + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
                 uint32_t bh[2], bl[2];
                 tf32_split(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g], bh[0], bl[0]);
                 tf32_split(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g], bh[1], bl[1]);
-                mma_tf32(acc[j], a, bl);
-                mma_tf32(acc[j], a, bh);
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    mma_tf32(acc[mi][j], a[mi], bl);
+                    mma_tf32(acc[mi][j], a[mi], bh);
+                }
             }
         }
     }
-    scale_q_rows<8>(acc, sm.qs, sm.gam, m0);
+    scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
+    scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
     __syncthreads();  // every read of S0 done
     cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-    mma_p_delta<8>(sm.P, sm.B, kLdF, m0, n0, acc);
-    store_o_rows<8>(acc, o, ck.row0, ck.len, H, h, n0, m0);
+    mma_p_delta_2m<4>(sm.P, sm.B, kLdF, m0, n0, acc);
+    store_o_rows<4>(acc[0], o, ck.row0, ck.len, H, h, n0, m0);
+    store_o_rows<4>(acc[1], o, ck.row0, ck.len, H, h, n0, m0 + 16);
 }
 
 
