@@ -27,7 +27,8 @@ record() { SUMMARY+=("$(printf '%-22s %-8s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 # ---- environment record
 {
   echo "date: $(date -u)"; echo "host: $(hostname)"
-  echo "git: $(git describe --always --dirty 2>/dev/null) $(git rev-parse HEAD 2>/dev/null)"
+  # the device copy's .git may lag the copied tree: the commit named by hand (CS1_GIT_DESCRIBE) comes first
+  echo "git: ${CS1_GIT_DESCRIBE:-} (named by hand); .git says $(git describe --always --dirty 2>/dev/null)"
   git status --short 2>/dev/null | head -50
   echo "--- nvidia-smi"; nvidia-smi 2>&1 | head -30
   echo "--- nvcc"; (nvcc --version || "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version) 2>&1 | tail -3
@@ -99,7 +100,7 @@ fi
 
 # ---- whole model: tiny vs numpy, 4B shape vs transformers and numpy (gets the rest of the budget)
 if [ $build_ok = 1 ]; then
-  pytest_step model "$(limit 600 120)" -s -v tests/gpu/test_model.py  # -s: numbers stream to the log live
+  pytest_step model "$(limit 600 60)" -s -v tests/gpu/test_model.py  # -s: numbers stream to the log live
 fi
 
 # ---- the HTTP contract suite against real server processes on the CUDA backend (the library is present)
@@ -110,7 +111,7 @@ fi
 
 # ---- summary
 {
-  echo "gpu_check $(git describe --always --dirty 2>/dev/null) on $(nvidia-smi --query-gpu=name --format=csv,noheader \
+  echo "gpu_check ${CS1_GIT_DESCRIBE:-$(git describe --always --dirty 2>/dev/null)} on $(nvidia-smi --query-gpu=name --format=csv,noheader \
     2>/dev/null | head -n1), total $(elapsed)s, logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee "$OUT/summary.txt"
