@@ -83,6 +83,34 @@ def run(exe, bits, ld, g, beta, cu, t, h, hk):
     return np.fromfile(d / "o.bin", dtype=np.uint16).reshape(t, h, D)
 
 
+def prep_precision(exe, t, h, hk, seed=0, weak=False):
+    """Prep's U and W (one prompt of t rows) against float64: U = (I + L)^-1 diag(beta) V, W = (I + L)^-1
+    diag(beta e^Gam / |k|) K, per chunk and head; returns the largest |error| / max |ref| of each."""
+    rng = np.random.default_rng(seed)
+    bits, ld, g, beta, q, k, v = tg.prefill_inputs(rng, t, h, hk, weak=weak)
+    run(exe, bits, ld, g, beta, [0, t], t, h, hk)
+    nc = -(-t // 64) + 1  # the workspace's chunk slots (ceil(T / 64) + n_seqs)
+    size = nc * h * 64 * D
+    got = {n: np.fromfile(WORK / "data" / f"{n}.bin", dtype=np.float32)[:size].reshape(nc, h, 64, D) for n in "uw"}
+    worst = {"u": 0.0, "w": 0.0}
+    for c in range(-(-t // 64)):
+        r0, r1 = 64 * c, min(t, 64 * c + 64)
+        for head in range(h):
+            kk = k[r0:r1, head // (h // hk)]
+            gam = np.cumsum(g[r0:r1, head].astype(np.float64))
+            b = beta[r0:r1, head].astype(np.float64)
+            rk = 1.0 / np.sqrt((kk * kk).sum(1) + 1e-6)
+            lmat = np.tril(b[:, None] * (kk @ kk.T) * rk[:, None] * rk[None, :] * np.exp(gam[:, None] - gam[None, :]),
+                           -1)
+            a = np.eye(r1 - r0) + lmat
+            ref = {"u": np.linalg.solve(a, b[:, None] * v[r0:r1, head]),
+                   "w": np.linalg.solve(a, (b * np.exp(gam) * rk)[:, None] * kk)}
+            for n in "uw":
+                err = np.max(np.abs(got[n][c, head, : r1 - r0] - ref[n])) / np.max(np.abs(ref[n]))
+                worst[n] = max(worst[n], float(err))
+    return worst
+
+
 def case(exes, lengths, h, hk, pad=0, extra=0, amplitude=1.0, weak=False, separate=False, seed=0):
     exe, old = exes
     rng = np.random.default_rng(seed)
@@ -118,7 +146,18 @@ def main(argv=None) -> int:
     ap.add_argument("native", type=Path)
     ap.add_argument("--against", type=Path, help="a native/ folder whose kernels must give the same bytes")
     ap.add_argument("--walk", help="walk kernel instantiation of NATIVE (default: see above)")
+    ap.add_argument("--prep-precision", action="store_true",
+                    help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop")
     args = ap.parse_args(argv)
+    if args.prep_precision:
+        trees = [("new", args.native)] + ([("old", args.against)] if args.against else [])
+        for label, tree in trees:
+            exe = build(tree.resolve(), args.walk, f"emu_{label}")
+            for t, h, hk, weak in [(64, 4, 2, False), (200, 4, 2, False), (700, 2, 1, True)]:
+                w = prep_precision(exe, t, h, hk, weak=weak)
+                print(f"{label} T={t} H={h} weak={weak}: prep max|err|/max|ref| U {w['u']:.3e}  W {w['w']:.3e}",
+                      flush=True)
+        return 0
     exes = (build(args.native.resolve(), args.walk, "emu"),
             build(args.against.resolve(), None, "emu_old") if args.against else None)
     case(exes, [1], 2, 1)
