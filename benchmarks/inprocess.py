@@ -2,6 +2,7 @@
 
     python -m benchmarks.inprocess CHECKPOINT [--lengths 128,512,...] [--backend cuda] [--output FILE.json]
     python -m benchmarks.inprocess CHECKPOINT --library A.so --library-b B.so [...]   (A/B of two builds)
+    python -m benchmarks.inprocess CHECKPOINT --library A.so --library-b B.so --library-c C.so [...]   (A/B/C)
 
 For each length: one prompt of random token ids (never zeros), warm-up, then --repeat timed calls of
 backend.letter_logits (host clock around the whole call: upload, forward, 26-logit download). The floor is
@@ -12,7 +13,9 @@ With --library-b, two CUDA backends (two builds of this package's ABI version) h
 calls alternate (A B, then B A, ...), so the machine's drift over a run (1-2 % between separate runs) hits both
 arms alike; each row then also gives the median of the per-round differences B - A. --gemm-pins-b alone makes the
 same kind of A/B with one build: arm B differs only in its GEMM pin table (--gemm-pins is arm A's; "auto", "off"
-or a table's path, see startlux_native.gemm_pins).
+or a table's path, see startlux_native.gemm_pins). --library-c adds a third build (e.g. A = main, B = main + one
+lever, C = main + that lever + the next): the rounds then rotate A B C, B C A, C A B, and arm C's rows give C - B
+(the second lever alone) next to C - A, so two stacked levers are judged in one process.
 """
 
 from __future__ import annotations
@@ -87,18 +90,32 @@ def model_cost(ckpt, length: int) -> tuple[int, float]:
 
 
 def interleaved(calls, repeat: int, warmup: int) -> list[list[float]]:
-    """Time each zero-argument call `repeat` times in ms, the arms alternating A B, then B A, ... (warm-ups first)."""
+    """Time each zero-argument call `repeat` times in ms, the arms' order rotating every round (A B, B A, ...; with
+    three arms A B C, B C A, C A B), so every arm takes every place in a round alike (warm-ups first)."""
     for fn in calls:
         for _ in range(warmup):
             fn()
     times: list[list[float]] = [[] for _ in calls]
-    order = list(range(len(calls)))
+    n = len(calls)
     for r in range(repeat):
-        for i in (order if r % 2 == 0 else order[::-1]):
+        for i in [(r + k) % n for k in range(n)]:
             t0 = time.perf_counter()
             calls[i]()
             times[i].append((time.perf_counter() - t0) * 1e3)
     return times
+
+
+def paired_deltas(times: list[list[float]]) -> list[dict]:
+    """Per arm, the median of its per-round differences against arm A ("paired_delta_ms") and, from the third arm
+    on, against the arm before it ("paired_delta_prev_ms"); {} for arm A. Calls of one round ran back to back."""
+    out: list[dict] = [{}]
+    for i in range(1, len(times)):
+        d = {"paired_delta_ms": statistics.median(b - a for a, b in zip(times[0], times[i], strict=True))}
+        if i >= 2:
+            d["paired_delta_prev_ms"] = statistics.median(
+                b - a for a, b in zip(times[i - 1], times[i], strict=True))
+        out.append(d)
+    return out
 
 
 def summary(times: list[float]) -> dict:
@@ -114,6 +131,8 @@ def main(argv=None) -> int:
     p.add_argument("--library", default=None)
     p.add_argument("--library-b", default=None,
                    help="a second build (same ABI): A/B with the calls of the two alternated (CUDA backend only)")
+    p.add_argument("--library-c", default=None,
+                   help="a third build (same ABI), with --library-b: arm C, its rows also give C - B (paired)")
     p.add_argument("--gemm-pins", default="auto", help="arm A's GEMM pin table: auto, off or a path (default auto)")
     p.add_argument("--gemm-pins-b", default=None,
                    help="arm B's GEMM pin table (default: arm A's); with it alone, arm B runs arm A's library")
@@ -125,12 +144,14 @@ def main(argv=None) -> int:
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
+    if (args.library_b or args.gemm_pins_b or args.library_c) and args.backend != "cuda":
+        p.error("--library-b, --library-c and --gemm-pins-b need the CUDA backend")
+    if args.library_c and not args.library_b:
+        p.error("--library-c needs --library-b (arm C is compared with arms A and B)")
     lengths = [int(x) for x in args.lengths.split(",")]
     ckpt = load_checkpoint(args.checkpoint)
     ceilings = measure_ceilings() if args.backend == "cuda" else {}
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs] if args.backend == "cuda" else [False]
-    if (args.library_b or args.gemm_pins_b) and args.backend != "cuda":
-        p.error("--library-b and --gemm-pins-b need the CUDA backend")
     if args.backend == "cuda":
         from startlux_native import abi
         from startlux_native.cuda_backend import CudaBackend
@@ -138,14 +159,16 @@ def main(argv=None) -> int:
         arms_cfg = [(lib_a, args.gemm_pins)]
         if args.library_b or args.gemm_pins_b:
             arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins))
+        if args.library_c:
+            arms_cfg.append((args.library_c, args.gemm_pins))
         backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins)
                     for lib, pins in arms_cfg]
-        for arm, b in zip("AB", backends, strict=False):
+        for arm, b in zip("ABC", backends, strict=False):
             print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}", flush=True)
     else:
         from startlux_native.reference import ReferenceBackend
         backends = [ReferenceBackend(ckpt)]
-    arms = "AB"[:len(backends)]
+    arms = "ABC"[:len(backends)]
     rng = np.random.default_rng(args.seed)
     commit = os.environ.get("CS1_GIT_DESCRIBE") or subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
@@ -162,28 +185,30 @@ def main(argv=None) -> int:
                     backend.graphs_enabled = graphs
             calls = [lambda b=backend, x=ids: b.letter_logits([x]) for backend in backends]
             times = interleaved(calls, args.repeat, args.warmup)
-            for arm, t in zip(arms, times, strict=True):
+            for arm, t, paired in zip(arms, times, paired_deltas(times), strict=True):
                 row = {"tokens": length, "graphs": graphs, **summary(t), "weight_bytes": weight_bytes,
                        "flops": flops, "floor_ms": floor_ms,
                        "ratio_to_floor": (statistics.median(t) / floor_ms) if floor_ms else None}
                 if len(arms) > 1:
                     row["arm"] = arm
-                    if arm == "B":  # paired by round: both calls of a round ran back to back
-                        row["paired_delta_ms"] = statistics.median(b - a for a, b in zip(times[0], t, strict=True))
+                    row.update(paired)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     result = {"commit": commit, "checkpoint": str(Path(args.checkpoint).resolve()), "backend": args.backend,
-              "libraries": {arm: str(lib) for arm, lib in zip(arms, [args.library, args.library_b], strict=False)},
+              "libraries": {arm: str(lib) for arm, lib in
+                            zip(arms, [args.library, args.library_b, args.library_c], strict=False)},
               "gemm_pins": {arm: getattr(b, "gemm_pins_state", None) for arm, b in zip(arms, backends, strict=True)},
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
     print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}"
-          + ("  arm  B - A (paired) ms" if len(arms) > 1 else ""))
+          + ("  arm  - A (paired) ms" if len(arms) > 1 else "") + ("  - previous arm" if len(arms) > 2 else ""))
     for r in rows:
         fl = f"{r['floor_ms']:.3f}" if r["floor_ms"] else "-"
         ra = f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "-"
         ab = f"  {r['arm']:>3}  {r['paired_delta_ms']:+.4f}" if "paired_delta_ms" in r else (
             f"  {r['arm']:>3}" if "arm" in r else "")
+        if "paired_delta_prev_ms" in r:
+            ab += f"  {r['paired_delta_prev_ms']:+.4f}"
         print(f"{r['tokens']:>7} {str(r['graphs']):>6} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {fl:>9} {ra:>8}{ab}")
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2))

@@ -17,6 +17,10 @@
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
 #   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] [EXTRA_TESTS="tests/gpu/..."] scripts/gpu_gdn_ab.sh
+# Two stacked levers in one call: ab_mid/ (optional, carried like ab_old/: old + the first lever; the working tree is
+# old + both) becomes a third build; inab then alternates A = old, B = mid, C = new in one process (C's rows also
+# give C - B: the second lever alone) and http runs the three servers (MID_DESCRIBE names it). The test steps run on
+# the new build only.
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
 # $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
 # runs included). Each step has its own timeout, and a failed step does not stop the later ones.
@@ -47,11 +51,15 @@ arm_run() {  # arm_run old|new command...: the command in the arm's own checkout
 }
 NEW=$PWD/target/libqwen3_5_cuda.so
 OLD=$PWD/ab_old/target/libqwen3_5_cuda.so
+MID=""
+[ -d ab_mid ] && MID=$PWD/ab_mid/target/libqwen3_5_cuda.so
 ./build.sh target 90 >"$W/build_new.log" 2>&1 &
 (cd ab_old && CS1_GIT_DESCRIBE="${OLD_DESCRIBE:-old}" ./build.sh target 90) >"$W/build_old.log" 2>&1 &
+[ -n "$MID" ] && (cd ab_mid && CS1_GIT_DESCRIBE="${MID_DESCRIBE:-mid}" ./build.sh target 90) >"$W/build_mid.log" 2>&1 &
 wait
 say "build new: $(tail -n1 "$W/build_new.log")"
 say "build old: $(tail -n1 "$W/build_old.log")"
+[ -n "$MID" ] && say "build mid: $(tail -n1 "$W/build_mid.log")"
 
 if step convsweep; then
   nvcc -O3 -std=c++17 -arch=sm_90a -Inative -o "$W/conv_runs" benchmarks/conv_runs.cu >"$W/conv_runs.log" 2>&1 &&
@@ -135,10 +143,12 @@ if step inprocess; then
 fi
 if step inab; then
   [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
-  timeout 240 python3 -m benchmarks.inprocess "$CKPT" --library "$OLD" --library-b "$NEW" --graphs on \
+  arms=(--library-b "$NEW") label="A = old, B = new"
+  [ -n "$MID" ] && arms=(--library-b "$MID" --library-c "$NEW") label="A = old, B = mid, C = new; C's last column C - B"
+  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" --library "$OLD" "${arms[@]}" --graphs on \
     --repeat "${INAB_REPEAT:-40}" ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
     --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
-  say "inprocess A/B (A = old, B = new, alternated) rc=$?"
+  say "inprocess A/B ($label, rotated) rc=$?"
   grep -E "^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
 fi
 if step extra; then
@@ -152,8 +162,13 @@ if step model; then
   say "test_model: $(tail -n1 "$W/test_model.log")"
 fi
 if step http; then
-  DIR_A=ab_old LIB_A=$OLD LIB_B=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http timeout "${HTTP_TIMEOUT:-300}" scripts/gpu_http_ab.sh \
-    >"$W/http.log" 2>&1
+  if [ -n "$MID" ]; then
+    ARMS="A B C" DIR_A=ab_old LIB_A=$OLD LIB_B=$MID LIB_C=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http \
+      timeout "${HTTP_TIMEOUT:-300}" scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
+  else
+    DIR_A=ab_old LIB_A=$OLD LIB_B=$NEW ROUNDS=${HTTP_ROUNDS:-4} OUT=$W/http timeout "${HTTP_TIMEOUT:-300}" \
+      scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
+  fi
   say "http rc=$?"
   cp "$W/http/ab.txt" "$FINAL/ab.txt" 2>/dev/null && grep -E "^(p50|p95|mean|agreement|gate|server)" "$FINAL/ab.txt" | tee -a "$S"
 fi
