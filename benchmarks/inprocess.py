@@ -201,7 +201,7 @@ def main(argv=None) -> int:
               "profile": ckpt.profile.attention_mode, "ceilings": ceilings, "repeat": args.repeat,
               "warmup": args.warmup, "rows": rows}
     print(f"\n{'tokens':>7} {'graphs':>6} {'p50 ms':>9} {'p95 ms':>9} {'floor ms':>9} {'x floor':>8}"
-          + ("  arm  - A (paired) ms" if len(arms) > 1 else "") + ("  - previous arm" if len(arms) > 2 else ""))
+          + ("  arm  arm - A (paired) ms" if len(arms) > 1 else "") + ("  arm - previous arm" if len(arms) > 2 else ""))
     for r in rows:
         fl = f"{r['floor_ms']:.3f}" if r["floor_ms"] else "-"
         ra = f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "-"

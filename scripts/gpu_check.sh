@@ -28,7 +28,7 @@ record() { SUMMARY+=("$(printf '%-22s %-8s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 {
   echo "date: $(date -u)"; echo "host: $(hostname)"
   # the device copy's .git may lag the copied tree: the commit named by hand (CS1_GIT_DESCRIBE) comes first
-  echo "git: ${CS1_GIT_DESCRIBE:-} (named by hand); .git says $(git describe --always --dirty 2>/dev/null)"
+  echo "git: ${CS1_GIT_DESCRIBE:-(no commit named by hand)}; .git says $(git describe --always --dirty 2>/dev/null)"
   git status --short 2>/dev/null | head -50
   echo "--- nvidia-smi"; nvidia-smi 2>&1 | head -30
   echo "--- nvcc"; (nvcc --version || "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version) 2>&1 | tail -3

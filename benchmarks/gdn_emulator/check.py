@@ -71,7 +71,7 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     return exe
 
 
-def run(exe, bits, ld, g, beta, cu, t, h, hk):
+def run(exe, bits, ld, g, beta, cu, t, h, hk, dump_uw=False):
     d = WORK / "data"
     d.mkdir(exist_ok=True)
     bits.tofile(d / "qkv.bin")
@@ -79,7 +79,7 @@ def run(exe, bits, ld, g, beta, cu, t, h, hk):
     beta.tofile(d / "beta.bin")
     np.asarray(cu, np.int32).tofile(d / "cu.bin")
     subprocess.run([str(exe), "prefill", str(d), str(t), str(h), str(hk), str(ld), str(len(cu) - 1), repr(D**-0.5)],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, env={**os.environ, "GDN_EMU_DUMP_UW": "1"} if dump_uw else None)
     return np.fromfile(d / "o.bin", dtype=np.uint16).reshape(t, h, D)
 
 
@@ -88,7 +88,7 @@ def prep_precision(exe, t, h, hk, seed=0, weak=False):
     diag(beta e^Gam / |k|) K, per chunk and head; returns the largest |error| / max |ref| of each."""
     rng = np.random.default_rng(seed)
     bits, ld, g, beta, q, k, v = tg.prefill_inputs(rng, t, h, hk, weak=weak)
-    run(exe, bits, ld, g, beta, [0, t], t, h, hk)
+    run(exe, bits, ld, g, beta, [0, t], t, h, hk, dump_uw=True)
     nc = -(-t // 64) + 1  # the workspace's chunk slots (ceil(T / 64) + n_seqs)
     size = nc * h * 64 * D
     got = {n: np.fromfile(WORK / "data" / f"{n}.bin", dtype=np.float32)[:size].reshape(nc, h, 64, D) for n in "uw"}

@@ -56,8 +56,10 @@ int main(int argc, char **argv) {
                (const int32_t *)(prep_indexes ? cu : nullptr),
 #endif
                int(n), int(T), int(H), int(HK), ws, lay, o);
-    writef(dir + "/u.bin", ws + lay.u, lay.w - lay.u);  // prep's U and W, before a walk without O overwrites U
-    writef(dir + "/w.bin", ws + lay.w, lay.s0 - lay.w);
+    if (getenv("GDN_EMU_DUMP_UW")) {  // check.py --prep-precision: prep's U and W, before a walk without O overwrites U
+        writef(dir + "/u.bin", ws + lay.u, lay.w - lay.u);
+        writef(dir + "/w.bin", ws + lay.w, lay.s0 - lay.w);
+    }
     if (n > 0)
         emu_launch(WALK, dim3(n, H, kD / kSlab), dim3(kThreads), (const bf16 *)x, ld, int(H), int(HK), scale, ws, lay,
                    o);
