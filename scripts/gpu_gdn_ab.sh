@@ -3,6 +3,8 @@
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
+#   bparity   benchmarks/build_parity.py old against new: the whole model's letter logits, byte for byte
+#             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
 #   nopre     the same with CS1_GDN_PRESPLIT=0 (the walk without pre-split operands, as on sm_80)
@@ -12,6 +14,10 @@
 #   detail    the full Nsight sections of one prep and one walk launch of the new build at DETAIL_LENGTHS
 #   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
+#   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
+#             then per length (inab's B - A minus inba's B - A) / 2: the lever with the placement of the two
+#             arms' buffers cancelled (each arm loaded first once)
+#   inaa      A = B = old (two backends on one build): the in-process A/B's own offset between two placements
 #   extra     pytest of EXTRA_TESTS (GPU test files) on the new build
 #   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
@@ -71,6 +77,12 @@ if step parity; then
   timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
 fi
+if step bparity; then
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  timeout 240 python3 -m benchmarks.build_parity "$OLD" "$NEW" "$CKPT" \
+    --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity.log" 2>&1
+  say "build parity rc=$?: $(tail -n1 "$W/bparity.log")"
+fi
 # The test_gdn runs are correctness only (mostly float64 references on the CPU), so they run side by side; every
 # timed step comes after them.
 gdn_tests() {  # gdn_tests <log name> [VAR=value]: tests/gpu/test_gdn.py on the new build, in the background
@@ -97,7 +109,7 @@ step kt && for i in $(seq 1 "$ROUNDS"); do
     lib=$NEW; [ $arm = old ] && lib=$OLD
     arm_run $arm timeout 90 python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
       --output "$FINAL/kt-$arm-$i.json" >"$W/kt-$arm-$i.log" 2>&1
-    say "kernel_times $arm $i: $(grep -E "T=|gdn_prefill" "$W/kt-$arm-$i.log" | tr -s ' ' | tr '\n' ' ')"
+    say "kernel_times $arm $i: $(grep -E "T=|gdn_prefill|attention" "$W/kt-$arm-$i.log" | tr -s ' ' | tr '\n' ' ')"
   done
 done
 NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
@@ -150,6 +162,27 @@ if step inab; then
     --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
   say "inprocess A/B ($label, rotated) rc=$?"
   grep -E "^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
+fi
+inab_run() {  # inab_run <name> <label> <library A> <library B>: one two-arm in-process A/B -> inprocess-<name>.json
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" --library "$3" --library-b "$4" --graphs on \
+    --repeat "${INAB_REPEAT:-40}" ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
+    --output "$FINAL/inprocess-$1.json" >"$W/inprocess-$1.log" 2>&1
+  say "inprocess $1 ($2, rotated) rc=$?"
+  grep -E "^ *[0-9]+ " "$W/inprocess-$1.log" | tee -a "$S"
+}
+step inba && inab_run ba "A = new, B = old" "$NEW" "$OLD"
+step inaa && inab_run aa "A = B = old" "$OLD" "$OLD"
+if step inab && step inba; then
+  python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
+import json, sys
+ab, ba = ({r["tokens"]: r["paired_delta_ms"] for r in json.load(open(f))["rows"] if "paired_delta_ms" in r}
+          for f in sys.argv[1:])
+for t in ab:
+    if t in ba:
+        print(f"  {t:>6} tokens: new - old {(ab[t] - ba[t]) / 2:+.4f} ms with each arm loaded first once "
+              f"(inab {ab[t]:+.4f}, inba {-ba[t]:+.4f}; placement offset {(ab[t] + ba[t]) / 2:+.4f})")
+PY
 fi
 if step extra; then
   CS1_LIBRARY=$NEW timeout "${EXTRA_TIMEOUT:-200}" python3 -m pytest -q -rs -p no:cacheprovider ${EXTRA_TESTS:-} \
