@@ -18,6 +18,8 @@
 #             then per length (inab's B - A minus inba's B - A) / 2: the lever with the placement of the two
 #             arms' buffers cancelled (each arm loaded first once)
 #   inaa      A = B = old (two backends on one build): the in-process A/B's own offset between two placements
+#   ops       benchmarks/op_spans.py, A = old, B = new: each op's time inside eager forwards at OPS_LENGTHS
+#             (default 160,2048), B - A per op (the judge of a one-op change in its real context)
 #   extra     pytest of EXTRA_TESTS (GPU test files) on the new build
 #   model     tests/gpu/test_model.py on the new build (reference parity, graph = eager)
 #   http      LIB_A=old LIB_B=new ROUNDS=$HTTP_ROUNDS scripts/gpu_http_ab.sh (Public231, alternated rounds)
@@ -171,6 +173,13 @@ inab_run() {  # inab_run <name> <label> <library A> <library B>: one two-arm in-
   say "inprocess $1 ($2, rotated) rc=$?"
   grep -E "^ *[0-9]+ " "$W/inprocess-$1.log" | tee -a "$S"
 }
+if step ops; then
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  timeout 240 python3 -m benchmarks.op_spans "$CKPT" --library "$OLD" --library-b "$NEW" \
+    --lengths "${OPS_LENGTHS:-160,2048}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
+  say "op_spans (A = old, B = new) rc=$?"
+  grep -E "T=|  [a-z]" "$W/op_spans.log" | tee -a "$S"
+fi
 step inba && inab_run ba "A = new, B = old" "$NEW" "$OLD"
 step inaa && inab_run aa "A = B = old" "$OLD" "$OLD"
 if step inab && step inba; then
