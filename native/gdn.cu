@@ -397,41 +397,18 @@ __device__ __forceinline__ void scale_q_rows(float acc[NT][4], const float *qs, 
     }
 }
 
-// acc[j] += P[m0.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (3-term tf32); Delta in smem of stride ldb
-template <int NT>
+// acc[mi][j] += P[m0 + 16 mi.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (3-term tf32), for MI 16-row tiles
+// at once (each Delta value is split once for all of them); Delta in smem of stride ldb. Every element gets the same
+// products in the same order whatever MI.
+template <int MI, int NT>
 __device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int ldb, int m0, int n0,
-                                            float acc[NT][4]) {
+                                            float acc[MI][NT][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k0 = 0; k0 < kC; k0 += 8) {
-        uint32_t ah[4], al[4];
-        tf32_split(P[(m0 + g) * kLdL + k0 + t], ah[0], al[0]);
-        tf32_split(P[(m0 + g + 8) * kLdL + k0 + t], ah[1], al[1]);
-        tf32_split(P[(m0 + g) * kLdL + k0 + t + 4], ah[2], al[2]);
-        tf32_split(P[(m0 + g + 8) * kLdL + k0 + t + 4], ah[3], al[3]);
+        uint32_t ah[MI][4], al[MI][4];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            uint32_t bh[2], bl[2];
-            tf32_split(B[(k0 + t) * ldb + n0 + 8 * j + g], bh[0], bl[0]);
-            tf32_split(B[(k0 + t + 4) * ldb + n0 + 8 * j + g], bh[1], bl[1]);
-            mma_tf32(acc[j], al, bh);
-            mma_tf32(acc[j], ah, bl);
-            mma_tf32(acc[j], ah, bh);
-        }
-    }
-}
-
-// mma_p_delta for two 16-row tiles (rows m0.. and m0 + 16..) at once: each Delta value is split once for both;
-// every element gets the same products in the same order as from mma_p_delta.
-template <int NT>
-__device__ __forceinline__ void mma_p_delta_2m(const float *P, const float *B, int ldb, int m0, int n0,
-                                               float acc[2][NT][4]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-    for (int k0 = 0; k0 < kC; k0 += 8) {
-        uint32_t ah[2][4], al[2][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
+        for (int mi = 0; mi < MI; ++mi) {
             const int r = m0 + 16 * mi + g;
             tf32_split(P[r * kLdL + k0 + t], ah[mi][0], al[mi][0]);
             tf32_split(P[(r + 8) * kLdL + k0 + t], ah[mi][1], al[mi][1]);
@@ -444,7 +421,7 @@ __device__ __forceinline__ void mma_p_delta_2m(const float *P, const float *B, i
             tf32_split(B[(k0 + t) * ldb + n0 + 8 * j + g], bh[0], bl[0]);
             tf32_split(B[(k0 + t + 4) * ldb + n0 + 8 * j + g], bh[1], bl[1]);
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
+            for (int mi = 0; mi < MI; ++mi) {
                 mma_tf32(acc[mi][j], al[mi], bh);
                 mma_tf32(acc[mi][j], ah[mi], bl);
                 mma_tf32(acc[mi][j], ah[mi], bh);
@@ -673,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         }
         if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
             scale_q_rows<2>(oacc, sQs, cur.gam, m0);
-            mma_p_delta<2>(sP, sD, kLdSl, m0, n0, oacc);
+            mma_p_delta<1, 2>(sP, sD, kLdSl, m0, n0, &oacc);
             store_o_rows<2>(oacc, o, row0, len, H, h, v0 + n0, m0);
         }
         if (kBufs == 1 && c + 1 < c_end) {
@@ -764,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-    mma_p_delta_2m<4>(sm.P, sm.B, kLdF, m0, n0, acc);
+    mma_p_delta<2, 4>(sm.P, sm.B, kLdF, m0, n0, acc);
     store_o_rows<4>(acc[0], o, ck.row0, ck.len, H, h, n0, m0);
     store_o_rows<4>(acc[1], o, ck.row0, ck.len, H, h, n0, m0 + 16);
 }
