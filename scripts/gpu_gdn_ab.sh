@@ -173,16 +173,9 @@ inab_run() {  # inab_run <name> <label> <library A> <library B>: one two-arm in-
   say "inprocess $1 ($2, rotated) rc=$?"
   grep -E "^ *[0-9]+ " "$W/inprocess-$1.log" | tee -a "$S"
 }
-if step ops; then
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
-  timeout 240 python3 -m benchmarks.op_spans "$CKPT" --library "$OLD" --library-b "$NEW" \
-    --lengths "${OPS_LENGTHS:-160,2048}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
-  say "op_spans (A = old, B = new) rc=$?"
-  grep -E "T=|  [a-z]" "$W/op_spans.log" | tee -a "$S"
-fi
 step inba && inab_run ba "A = new, B = old" "$NEW" "$OLD"
 step inaa && inab_run aa "A = B = old" "$OLD" "$OLD"
-if step inab && step inba; then
+if step inab && step inba && [ -z "$MID" ]; then
   python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
 import json, sys
 ab, ba = ({r["tokens"]: r["paired_delta_ms"] for r in json.load(open(f))["rows"] if "paired_delta_ms" in r}
@@ -192,6 +185,13 @@ for t in ab:
         print(f"  {t:>6} tokens: new - old {(ab[t] - ba[t]) / 2:+.4f} ms with each arm loaded first once "
               f"(inab {ab[t]:+.4f}, inba {-ba[t]:+.4f}; placement offset {(ab[t] + ba[t]) / 2:+.4f})")
 PY
+fi
+if step ops; then
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  timeout 240 python3 -m benchmarks.op_spans "$CKPT" --library "$OLD" --library-b "$NEW" \
+    --lengths "${OPS_LENGTHS:-160,2048}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
+  say "op_spans (A = old, B = new) rc=$?"
+  grep -E "T=|  [a-z]" "$W/op_spans.log" | tee -a "$S"
 fi
 if step extra; then
   CS1_LIBRARY=$NEW timeout "${EXTRA_TIMEOUT:-200}" python3 -m pytest -q -rs -p no:cacheprovider ${EXTRA_TESTS:-} \
