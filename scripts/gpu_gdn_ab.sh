@@ -3,7 +3,8 @@
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
-#   bparity   benchmarks/build_parity.py old against new: the whole model's letter logits, byte for byte
+#   bparity   benchmarks/build_parity.py old against new (against mid when ab_mid/ exists: the first of two
+#             stacked levers is the one that must keep the bytes): the whole model's letter logits, byte for byte
 #             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
@@ -81,7 +82,7 @@ if step parity; then
 fi
 if step bparity; then
   [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
-  timeout 240 python3 -m benchmarks.build_parity "$OLD" "$NEW" "$CKPT" \
+  timeout 240 python3 -m benchmarks.build_parity "$OLD" "${MID:-$NEW}" "$CKPT" \
     --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity.log" 2>&1
   say "build parity rc=$?: $(tail -n1 "$W/bparity.log")"
 fi
