@@ -1,4 +1,4 @@
-"""Where the wall time of one graph-replayed forward goes: host work around the launch, the GPU's own span, the wait.
+"""Where the wall time of one graph-replayed forward goes: host work around the launch, the GPU's own span, the rest.
 
     python -m benchmarks.forward_span CHECKPOINT [--lengths 128,160,512,2048] [--repeat 50] [--library PATH]
 
@@ -8,7 +8,6 @@ alone (`benchmarks.kernel_times`). This splits one `letter_logits` call into its
   wall       the whole letter_logits call (host clock)
   prepare    CudaBackend._prepare: the pinned input buffer (host clock)
   launch     the cs1_graph_launch call itself (host clock)
-  wait       cs1_stream_sync after the launch (host clock)
   gpu        CUDA events recorded on the forward's stream just before and after the graph (the GPU's span,
              upload and download nodes included)
   gpu_warm   the same events around a second replay queued right behind the first (no host gap before it)
@@ -53,7 +52,7 @@ def main(argv=None) -> int:
             backend.letter_logits([ids])
         T, n = backend._prepare([ids])
         graph = backend._graphs[(T, n, backend.attention_mode)]
-        parts: dict[str, list[float]] = {k: [] for k in ("wall", "prepare", "launch", "wait", "gpu", "gpu_warm")}
+        parts: dict[str, list[float]] = {k: [] for k in ("wall", "prepare", "launch", "gpu", "gpu_warm")}
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             backend.letter_logits([ids])
@@ -70,10 +69,8 @@ def main(argv=None) -> int:
             lib.cs1_graph_launch(graph, backend.stream)  # right behind: its span has no host gap before it
             e[2].record(stream)
             lib.cs1_stream_sync(backend.stream)
-            t3 = time.perf_counter()
             parts["prepare"].append((t1 - t0) * 1e3)
             parts["launch"].append((t2 - t1) * 1e3)
-            parts["wait"].append((t3 - t2) * 1e3)  # covers both replays: reported, not used below
             parts["gpu"].append(e[0].elapsed_time(e[1]))
             parts["gpu_warm"].append(e[1].elapsed_time(e[2]))
         row = {"tokens": length, "padded": T, **{k + "_ms": statistics.median(v) for k, v in parts.items()}}
