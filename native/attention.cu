@@ -219,12 +219,14 @@ __device__ __forceinline__ void inverse_row_sums(const float (&row_sum)[2], floa
 
 // out = bf16(attn) * bf16(sigmoid(gate)) for the 16 rows of one warp and head from wrow0 (those before seq_len):
 // bf16(attn) staged at sO (row stride kRowElems), out0 = the first row's element offset + lane * 8; one full
-// 512-byte row per iteration.
+// 512-byte row per iteration. The gate comes from global memory, or (sG non-null) from the warp's 16 rows staged
+// in shared memory (plain rows of 256 elements) while the last key tile was processed.
 __device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint16_t *sO, int64_t ldq, int64_t out0,
-                                                 int wrow0, int seq_len, int lane) {
+                                                 int wrow0, int seq_len, int lane, const uint16_t *sG = nullptr) {
     for (int i = 0; i < 16 && wrow0 + i < seq_len; ++i) {
         const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
-        const uint4 gt = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
+        const uint4 gt = sG != nullptr ? *reinterpret_cast<const uint4 *>(sG + i * kHeadDim + lane * 8)
+                                       : __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
         uint4 o;
         o.x = gate_pair(a.x, gt.x);
         o.y = gate_pair(a.y, gt.y);
@@ -438,7 +440,11 @@ constexpr int kWgTileBytes = 4 * kWgPanelBytes;  // 64 rows x 256 columns of bf1
 // with double-buffered K/V tiles (the next tile loads during a whole step; one block per SM).
 constexpr int wg_stages(int heads) { return heads == 1 ? 1 : 2; }
 // Q per head, K and V per stage + slack to align the base to 1024 bytes
-constexpr int wg_smem_bytes(int heads) { return (heads + 2 * wg_stages(heads)) * kWgTileBytes + 1024; }
+// One head per block (short prompts) also stages its bf16 output in the last V stage (64 padded rows: 1 KB over
+// one tile, hence the extra 2 KB; still 2 blocks per SM) while the gate waits in the last K stage.
+constexpr int wg_smem_bytes(int heads) {
+    return (heads + 2 * wg_stages(heads)) * kWgTileBytes + 1024 + (heads == 1 ? 2048 : 0);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s by NTHREADS threads; rows >= valid
@@ -454,6 +460,17 @@ __device__ __forceinline__ void wg_load_tile(uint32_t s, const uint16_t *g, int6
         const bool ok = r < valid;
         const uint32_t dst = s + panel * kWgPanelBytes + r * 128 + ((pc ^ (r & 7)) << 4);
         cp_async_16(dst, ok ? g + r * ld + ch * 8 : g, ok);
+    }
+}
+
+// The gate of 64 rows x 256 columns (one head) from global (row stride ld) into plain rows of 512 bytes at s, by
+// 128 threads; rows >= valid are not loaded (the epilogue never reads them).
+__device__ __forceinline__ void wg_load_gate(uint32_t s, const uint16_t *g, int64_t ld, int valid, int tid) {
+    const int ch = tid & 31;
+#pragma unroll 4
+    for (int i = 0; i < 16; ++i) {
+        const int r = (tid >> 5) + 4 * i;
+        if (r < valid) cp_async_16(s + r * 512 + ch * 16, g + r * ld + ch * 8, true);
     }
 }
 
@@ -566,6 +583,12 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         if (kt + STAGES < n_key_tiles) {
             const int next = key0 + STAGES * kWgKeys;
             wg_load_tile<kThreads>(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
+        } else if (NH == 1 && kt == n_key_tiles - 1) {
+            // the last K stage is free: the gate lands there during the last softmax and P.V instead of being
+            // waited for row by row in the epilogue (one head per block: short prompts, where that wait was most
+            // of the kernel)
+            wg_load_gate(sK, p.gate + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim, ldq,
+                         min(kWgRows, seq_len - row0), tid);
         }
         cp_async_commit();
 
@@ -633,14 +656,19 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         cp_async_commit();
     }
     cp_async_wait<0>();
+    if (NH == 1) __syncthreads();  // the gate rows, loaded by every thread of the block
 
     if (wrow0 >= seq_len) return;
     // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems, the
-    // warpgroups one after another; Q and K are free now), then the gate with 16-byte loads and stores.
+    // warpgroups one after another; Q and K are free now, or with one head the V stage, K holding the gate), then
+    // the gate with 16-byte loads and stores.
     float inv[2];
     inverse_row_sums(row_sum, inv);
-    uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (base - smem_u32(wg_smem_raw))) +
+    uint8_t *const smem0 = wg_smem_raw + (base - smem_u32(wg_smem_raw));
+    uint16_t *sO = reinterpret_cast<uint16_t *>(smem0 + (NH == 1 ? 2 * kWgTileBytes : 0)) +
                    (wg * 64 + warp * 16) * kRowElems;
+    const uint16_t *sG =
+        NH == 1 ? reinterpret_cast<const uint16_t *>(smem0 + kWgTileBytes) + warp * 16 * kHeadDim : nullptr;
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -653,7 +681,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         }
     __syncwarp();
     const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
-    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane);
+    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
 #else
     __trap();  // not built for sm_90a: the dispatcher never launches it there
 #endif

@@ -10,6 +10,16 @@ __device__ __forceinline__ void unpack8(const Pack8 &p, float *f) {
     for (int e = 0; e < 8; ++e) f[e] = bf2f(p.v[e]);
 }
 
+// the 8 bf16 values of one 16-byte word group (element 2i in the low half of word i) as floats, exactly as bf2f
+__device__ __forceinline__ void unpack_words(const uint4 &u, float *f) {
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(words[i] << 16);
+        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+}
+
 unsigned int blocks_for(int64_t items, int threads) { return cs1_grid((items + threads - 1) / threads); }
 
 // ---- conv ---------------------------------------------------------------------------------------------------------
@@ -64,13 +74,18 @@ __device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t 
         auto load_row = [&](int64_t s) {
             return s >= 0 && s < t_end ? *reinterpret_cast<const Pack8 *>(col + s * ld) : zero8();
         };
-        float wf[32];
-        const Pack8 *wp = reinterpret_cast<const Pack8 *>(w + c0 * 4);
+        // the 32 weights as four 16-byte loads issued with the rows' (read through a reference into global memory,
+        // they compiled to 32 two-byte loads that waited for the rows: a second memory round trip per thread)
+        uint4 wv[4];
+        const uint4 *wp = reinterpret_cast<const uint4 *>(w + c0 * 4);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) unpack8(wp[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
+        for (int q = 0; q < 4; ++q) wv[q] = __ldg(wp + q);
         Pack8 win[7];  // rows tc - 3 .. tc + 3
 #pragma unroll
         for (int k = 0; k < 7; ++k) win[k] = load_row(t0 - 3 + k);
+        float wf[32];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) unpack_words(wv[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
 #pragma unroll 1
         for (int64_t tc = t0; tc < t_end; tc += 4) {
             Pack8 next[4];
