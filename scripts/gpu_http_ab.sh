@@ -62,6 +62,12 @@ for arm in "${ARMS[@]}"; do
   for ((i = 0; i < 400; i++)); do curl -sf "localhost:$(port "$arm")/ready" >/dev/null && break; sleep 1; done
   curl -sf "localhost:$(port "$arm")/ready" >/dev/null || { echo "server $arm not ready" | tee -a "$T"; exit 1; }
   curl -s "localhost:$(port "$arm")/info" >"$R/info-$arm.json"
+  echo "arm $arm: $(grep -o '"build_info":"[^"]*"' "$R/info-$arm.json")" | tee -a "$T"
+  lib=LIB_$arm  # target/ may be an earlier call's build on a warm machine: check the commit it reports
+  if [ "${!lib}" = "$PWD/target/libqwen3_5_cuda.so" ] && [ -n "${CS1_GIT_DESCRIBE:-}" ] \
+    && ! grep -q "git=$CS1_GIT_DESCRIBE\"" "$R/info-$arm.json"; then
+    echo "arm $arm: target/ is not commit $CS1_GIT_DESCRIBE (build it first)" | tee -a "$T"; exit 2
+  fi
   python3 benchmarks/metadata.py --output "$R/meta-$arm.json" --manifest "$M" --checkpoint "$CKPT" \
     --endpoint "http://127.0.0.1:$(port "$arm")" --arm "$arm" \
     ${CS1_GIT_DESCRIBE:+--set "commit=$CS1_GIT_DESCRIBE"} ${META_SET:-} >"$W/meta-$arm.log" 2>&1

@@ -5,7 +5,9 @@
 # Knobs: MANIFEST (default benchmarks/manifests/public231.jsonl; also three-fields-891.jsonl), TRAVERSALS
 # (measured passes per arm, default 3), ARMS (default "native ref-graph ref-eager"), DEADLINE_S
 # (no arm or traversal starts after it; what ran is packed either way), CS1_GIT_DESCRIBE (the commit, where the
-# device copy has no git history).
+# device copy has no git history; the native arm stops unless its library reports that commit), SKIP_BUILD=1 (reuse
+# target/ as built by an earlier command of the same call: a warm machine keeps an earlier call's target/, so the
+# library is rebuilt by default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,7 +29,11 @@ trap pack EXIT
 DEADLINE_S=${DEADLINE_S:-100000}  # no new arm or traversal starts after this many seconds of the script
 ARMS=${ARMS:-native ref-graph ref-eager}
 
-[ -f target/libqwen3_5_cuda.so ] || ./build.sh target 90 >"$OUT/build.log" 2>&1 || { tail "$OUT/build.log"; exit 1; }
+if [ -n "${SKIP_BUILD:-}" ] && [ -f target/libqwen3_5_cuda.so ]; then
+  echo "SKIP_BUILD: reusing target/libqwen3_5_cuda.so"
+else
+  ./build.sh target 90 >"$OUT/build.log" 2>&1 || { tail "$OUT/build.log"; exit 1; }
+fi
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$OUT/checkpoint.log" 2>&1
 
 wait_ready() {  # port, pid, limit seconds
@@ -51,6 +57,11 @@ bench_arm() {  # arm name, port, server command...
   fi
   echo "$arm ready after $((SECONDS - s)) s"
   curl -s "localhost:$port/info" >"$R/info-$arm.json"
+  if [ "$arm" = native ] && [ -n "${CS1_GIT_DESCRIBE:-}" ] && ! grep -q "git=$CS1_GIT_DESCRIBE\"" "$R/info-$arm.json"; then
+    echo "$arm: the library is not commit $CS1_GIT_DESCRIBE: $(grep -o '"build_info":"[^"]*"' "$R/info-$arm.json")"
+    kill "$pid"; wait "$pid" 2>/dev/null
+    return 1
+  fi
   python3 benchmarks/metadata.py --output "$R/meta-$arm.json" --manifest $M --checkpoint "$CKPT" \
     --endpoint "http://127.0.0.1:$port" --arm "$arm" \
     ${CS1_GIT_DESCRIBE:+--set "commit=$CS1_GIT_DESCRIBE"} >"$OUT/meta-$arm.log" 2>&1
