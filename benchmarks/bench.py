@@ -642,29 +642,38 @@ def gate(a: dict, b: dict) -> tuple[bool, list[str]]:
     return not reasons, reasons
 
 
-def agreement(manifest: list[dict], ra: list[dict], rb: list[dict]) -> dict:
-    """Per-question decision agreement and the max probability difference over requests that both answered."""
+def question_difference(question_type: str, ax: dict, ay: dict) -> tuple[bool, float]:
+    """Whether two answers to one question make the same decision, and their largest probability difference."""
+    if question_type == "noul":
+        return (ax["value"] >= 0.5) == (ay["value"] >= 0.5), abs(ax["value"] - ay["value"])
+    if question_type == "choice":
+        same = ax["value"] == ay["value"]
+    else:
+        same = argmax_level(ax["probabilities"]) == argmax_level(ay["probabilities"])
+    return same, max(abs(ax["probabilities"][k] - ay["probabilities"][k]) for k in ax["probabilities"])
+
+
+def paired_answers(manifest: list[dict], ra: list[dict], rb: list[dict]):
+    """(request id, question id, type, answer in A, answer in B) of every question that both runs answered."""
     a_by, b_by = {r["id"]: r for r in ra}, {r["id"]: r for r in rb}
-    same = total = 0
-    max_dp, worst = 0.0, None
     for m in manifest:
         x, y = a_by.get(m["id"]), b_by.get(m["id"])
         if not (x and y and x.get("ok") and y.get("ok")):
             continue
         for qid, q in m["request"]["questions"].items():
-            ax, ay = x["answers"][qid], y["answers"][qid]
-            total += 1
-            if q["type"] == "noul":
-                same += int((ax["value"] >= 0.5) == (ay["value"] >= 0.5))
-                dp = abs(ax["value"] - ay["value"])
-            else:
-                if q["type"] == "choice":
-                    same += int(ax["value"] == ay["value"])
-                else:
-                    same += int(argmax_level(ax["probabilities"]) == argmax_level(ay["probabilities"]))
-                dp = max(abs(ax["probabilities"][k] - ay["probabilities"][k]) for k in ax["probabilities"])
-            if dp > max_dp:
-                max_dp, worst = dp, f"{m['id']}/{qid}"
+            yield m["id"], qid, q["type"], x["answers"][qid], y["answers"][qid]
+
+
+def agreement(manifest: list[dict], ra: list[dict], rb: list[dict]) -> dict:
+    """Per-question decision agreement and the max probability difference over requests that both answered."""
+    same = total = 0
+    max_dp, worst = 0.0, None
+    for rid, qid, qtype, ax, ay in paired_answers(manifest, ra, rb):
+        total += 1
+        equal, dp = question_difference(qtype, ax, ay)
+        same += int(equal)
+        if dp > max_dp:
+            max_dp, worst = dp, f"{rid}/{qid}"
     return {"questions": total, "same_decision": same, "max_probability_diff": max_dp, "worst": worst}
 
 
