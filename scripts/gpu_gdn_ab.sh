@@ -70,6 +70,9 @@ say "build new: $(tail -n1 "$W/build_new.log")"
 say "build old: $(tail -n1 "$W/build_old.log")"
 [ -n "$MID" ] && say "build mid: $(tail -n1 "$W/build_mid.log")"
 
+need_checkpoint() {  # the bench checkpoint (random weights, seed 0), made once per machine
+  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+}
 if step convsweep; then
   nvcc -O3 -std=c++17 -arch=sm_90a -Inative -o "$W/conv_runs" benchmarks/conv_runs.cu >"$W/conv_runs.log" 2>&1 &&
     timeout 120 "$W/conv_runs" >>"$W/conv_runs.log" 2>&1
@@ -81,7 +84,7 @@ if step parity; then
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
 fi
 if step bparity; then
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  need_checkpoint
   timeout 240 python3 -m benchmarks.build_parity "$OLD" "${MID:-$NEW}" "$CKPT" \
     --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity.log" 2>&1
   say "build parity rc=$?: $(tail -n1 "$W/bparity.log")"
@@ -146,7 +149,7 @@ step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do
   say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
 done
 if step inprocess; then
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  need_checkpoint
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
     arm_run $arm timeout 120 python3 -m benchmarks.inprocess "$CKPT" --library "$lib" --graphs on --repeat 10 \
@@ -156,26 +159,27 @@ if step inprocess; then
     grep -E "^ *[0-9]+ " "$W/inprocess-$arm.log" | head -8 | tee -a "$S"
   done
 fi
-if step inab; then
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
-  arms=(--library-b "$NEW") label="A = old, B = new"
-  [ -n "$MID" ] && arms=(--library-b "$MID" --library-c "$NEW") label="A = old, B = mid, C = new; C's last column C - B"
-  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" --library "$OLD" "${arms[@]}" --graphs on \
+# inab_run <name> <label> <benchmarks.inprocess library flags...>: one paired in-process table, inprocess-<name>.json
+inab_run() {
+  local name=$1 label=$2
+  shift 2
+  need_checkpoint
+  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" "$@" --graphs on \
     --repeat "${INAB_REPEAT:-40}" ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
-    --output "$FINAL/inprocess-ab.json" >"$W/inprocess-ab.log" 2>&1
-  say "inprocess A/B ($label, rotated) rc=$?"
-  grep -E "^ *[0-9]+ " "$W/inprocess-ab.log" | tee -a "$S"
-fi
-inab_run() {  # inab_run <name> <label> <library A> <library B>: one two-arm in-process A/B -> inprocess-<name>.json
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
-  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" --library "$3" --library-b "$4" --graphs on \
-    --repeat "${INAB_REPEAT:-40}" ${INPROCESS_LENGTHS:+--lengths "$INPROCESS_LENGTHS"} \
-    --output "$FINAL/inprocess-$1.json" >"$W/inprocess-$1.log" 2>&1
-  say "inprocess $1 ($2, rotated) rc=$?"
-  grep -E "^ *[0-9]+ " "$W/inprocess-$1.log" | tee -a "$S"
+    --output "$FINAL/inprocess-$name.json" >"$W/inprocess-$name.log" 2>&1
+  say "inprocess $name ($label, rotated) rc=$?"
+  grep -E "^ *[0-9]+ " "$W/inprocess-$name.log" | tee -a "$S"
 }
-step inba && inab_run ba "A = new, B = old" "$NEW" "$OLD"
-step inaa && inab_run aa "A = B = old" "$OLD" "$OLD"
+if step inab; then
+  if [ -n "$MID" ]; then
+    inab_run ab "A = old, B = mid, C = new; C's last column C - B" --library "$OLD" --library-b "$MID" \
+      --library-c "$NEW"
+  else
+    inab_run ab "A = old, B = new" --library "$OLD" --library-b "$NEW"
+  fi
+fi
+step inba && inab_run ba "A = new, B = old" --library "$NEW" --library-b "$OLD"
+step inaa && inab_run aa "A = B = old" --library "$OLD" --library-b "$OLD"
 if step inab && step inba && [ -z "$MID" ]; then
   python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
 import json, sys
@@ -188,7 +192,7 @@ for t in ab:
 PY
 fi
 if step ops; then
-  [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1
+  need_checkpoint
   timeout 240 python3 -m benchmarks.op_spans "$CKPT" --library "$OLD" --library-b "$NEW" \
     --lengths "${OPS_LENGTHS:-160,2048}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
   say "op_spans (A = old, B = new) rc=$?"
