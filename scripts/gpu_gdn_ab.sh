@@ -2,9 +2,11 @@
 # One H200 call that judges a GDN kernel change against the previous native/ (carried in ab_old/ with its build.sh):
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
+#   siluexact benchmarks/silu_exact.cu: silu_n against silu_f on every fp32 input, bit for bit (no library involved)
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
 #   bparity   benchmarks/build_parity.py old against new (against mid when ab_mid/ exists: the first of two
-#             stacked levers is the one that must keep the bytes): the whole model's letter logits, byte for byte
+#             stacked levers is the one that must keep the bytes; BPARITY_NEW=1 also compares old against new, for
+#             two stacked levers that both keep them): the whole model's letter logits, byte for byte
 #             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
@@ -79,6 +81,11 @@ if step convsweep; then
   say "conv run-length sweep rc=$?"
   grep -vE "warning|declared but|^ *$|\^" "$W/conv_runs.log" | tee -a "$S"
 fi
+if step siluexact; then
+  nvcc -O3 -std=c++17 -arch=sm_90a -Inative -o "$W/silu_exact" benchmarks/silu_exact.cu >"$W/silu_exact.log" 2>&1 &&
+    timeout 120 "$W/silu_exact" >>"$W/silu_exact.log" 2>&1
+  say "silu_exact rc=$?: $(grep -A8 "results differ" "$W/silu_exact.log" || tail -n3 "$W/silu_exact.log")"
+fi
 if step parity; then
   timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
@@ -88,6 +95,11 @@ if step bparity; then
   timeout 240 python3 -m benchmarks.build_parity "$OLD" "${MID:-$NEW}" "$CKPT" \
     --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity.log" 2>&1
   say "build parity rc=$?: $(tail -n1 "$W/bparity.log")"
+  if [ -n "$MID" ] && [ -n "${BPARITY_NEW:-}" ]; then
+    timeout 240 python3 -m benchmarks.build_parity "$OLD" "$NEW" "$CKPT" \
+      --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity_new.log" 2>&1
+    say "build parity old against new rc=$?: $(tail -n1 "$W/bparity_new.log")"
+  fi
 fi
 # The test_gdn runs are correctness only (mostly float64 references on the CPU), so they run side by side; every
 # timed step comes after them.
