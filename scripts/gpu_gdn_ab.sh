@@ -19,7 +19,8 @@
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
 #             then per length (inab's B - A minus inba's B - A) / 2: the lever with the placement of the two
-#             arms' buffers cancelled (each arm loaded first once)
+#             arms' buffers cancelled (each arm loaded first once); with ab_mid/, the three arms in reverse
+#             (A = new, B = mid, C = old)
 #   inaa      A = B = old (two backends on one build): the in-process A/B's own offset between two placements
 #   ops       benchmarks/op_spans.py, A = old, B = new: each op's time inside eager forwards at OPS_LENGTHS
 #             (default 160,2048), B - A per op (the judge of a one-op change in its real context)
@@ -190,7 +191,14 @@ if step inab; then
     inab_run ab "A = old, B = new" --library "$OLD" --library-b "$NEW"
   fi
 fi
-step inba && inab_run ba "A = new, B = old" --library "$NEW" --library-b "$OLD"
+if step inba; then
+  if [ -n "$MID" ]; then  # the three arms loaded in reverse: B - A = mid - new, C - B = old - mid
+    inab_run ba "A = new, B = mid, C = old; C's last column C - B" --library "$NEW" --library-b "$MID" \
+      --library-c "$OLD"
+  else
+    inab_run ba "A = new, B = old" --library "$NEW" --library-b "$OLD"
+  fi
+fi
 step inaa && inab_run aa "A = B = old" --library "$OLD" --library-b "$OLD"
 if step inab && step inba && [ -z "$MID" ]; then
   python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
