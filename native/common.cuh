@@ -69,6 +69,32 @@ struct __align__(16) Pack8 {
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 // F.silu: x / (1 + exp(-x))
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// silu_f of n values, bit for bit, with no branch per value. silu_f's IEEE division compiles to a reciprocal, Newton
+// steps and a check that branches to a slow path, so each value's ~15 dependent instructions run alone. Here each
+// quotient comes from the same steps without the check (an approximate reciprocal, one Newton step, a residual
+// correction: correctly rounded while every operand stays well inside the normal range), and the values run
+// interleaved. When any value leaves that range (zero, |x| < 2^-60 or > 2^64, x < ~-44, inf, NaN), all n are recomputed
+// with silu_f. benchmarks/silu_exact.cu compares it with silu_f on every fp32 input.
+template <int n>
+__device__ __forceinline__ void silu_n(const float *x, float *out) {
+    bool in_range = true;
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+        const float d = 1.0f + expf(-x[e]);
+        float y;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+        y = fmaf(fmaf(-d, y, 1.0f), y, y);
+        const float q = x[e] * y;
+        out[e] = fmaf(fmaf(-d, q, x[e]), y, q);
+        const float a = fabsf(x[e]);
+        in_range &= d <= 0x1p64f && a >= 0x1p-60f && a <= 0x1p64f;
+    }
+    if (!in_range) {
+#pragma unroll
+        for (int e = 0; e < n; ++e) out[e] = silu_f(x[e]);
+    }
+}
 // F.softplus (beta 1, threshold 20): log1p(exp(x)), x itself above 20
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 

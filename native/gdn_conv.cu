@@ -46,9 +46,12 @@ __device__ __forceinline__ void conv_row(const Pack8 *win, int i, const float *w
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
     }
+    float s[8];  // two groups of 4 interleaved chains: 8 at once spilled at this kernel's 128-register bound
+    silu_n<4>(acc, s);
+    silu_n<4>(acc + 4, s + 4);
     Pack8 o;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o.v[e] = f2bf(silu_f(acc[e]));
+    for (int e = 0; e < 8; ++e) o.v[e] = f2bf(s[e]);
     *reinterpret_cast<Pack8 *>(dst) = o;
 }
 

@@ -2,9 +2,11 @@
 # One H200 call that judges a GDN kernel change against the previous native/ (carried in ab_old/ with its build.sh):
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
+#   siluexact benchmarks/silu_exact.cu: silu_n against silu_f on every fp32 input, bit for bit (no library involved)
 #   parity    benchmarks/gdn_parity.py old against new, byte for byte
 #   bparity   benchmarks/build_parity.py old against new (against mid when ab_mid/ exists: the first of two
-#             stacked levers is the one that must keep the bytes): the whole model's letter logits, byte for byte
+#             stacked levers is the one that must keep the bytes; BPARITY_NEW=1 also compares old against new, for
+#             two stacked levers that both keep them): the whole model's letter logits, byte for byte
 #             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
@@ -17,7 +19,8 @@
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
 #             then per length (inab's B - A minus inba's B - A) / 2: the lever with the placement of the two
-#             arms' buffers cancelled (each arm loaded first once)
+#             arms' buffers cancelled (each arm loaded first once); with ab_mid/, the three arms in reverse
+#             (A = new, B = mid, C = old)
 #   inaa      A = B = old (two backends on one build): the in-process A/B's own offset between two placements
 #   ops       benchmarks/op_spans.py, A = old, B = new: each op's time inside eager forwards at OPS_LENGTHS
 #             (default 160,2048), B - A per op (the judge of a one-op change in its real context)
@@ -79,6 +82,11 @@ if step convsweep; then
   say "conv run-length sweep rc=$?"
   grep -vE "warning|declared but|^ *$|\^" "$W/conv_runs.log" | tee -a "$S"
 fi
+if step siluexact; then
+  nvcc -O3 -std=c++17 -arch=sm_90a -Inative -o "$W/silu_exact" benchmarks/silu_exact.cu >"$W/silu_exact.log" 2>&1 &&
+    timeout 120 "$W/silu_exact" >>"$W/silu_exact.log" 2>&1
+  say "silu_exact rc=$?: $(grep -A8 "results differ" "$W/silu_exact.log" || tail -n3 "$W/silu_exact.log")"
+fi
 if step parity; then
   timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
   say "parity rc=$?: $(tail -n1 "$W/parity.log")"
@@ -88,6 +96,11 @@ if step bparity; then
   timeout 240 python3 -m benchmarks.build_parity "$OLD" "${MID:-$NEW}" "$CKPT" \
     --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity.log" 2>&1
   say "build parity rc=$?: $(tail -n1 "$W/bparity.log")"
+  if [ -n "$MID" ] && [ -n "${BPARITY_NEW:-}" ]; then
+    timeout 240 python3 -m benchmarks.build_parity "$OLD" "$NEW" "$CKPT" \
+      --lengths "${BPARITY_LENGTHS:-1,63,64,65,160,640,2048,4097}" >"$W/bparity_new.log" 2>&1
+    say "build parity old against new rc=$?: $(tail -n1 "$W/bparity_new.log")"
+  fi
 fi
 # The test_gdn runs are correctness only (mostly float64 references on the CPU), so they run side by side; every
 # timed step comes after them.
@@ -178,7 +191,14 @@ if step inab; then
     inab_run ab "A = old, B = new" --library "$OLD" --library-b "$NEW"
   fi
 fi
-step inba && inab_run ba "A = new, B = old" --library "$NEW" --library-b "$OLD"
+if step inba; then
+  if [ -n "$MID" ]; then  # the three arms loaded in reverse: B - A = mid - new, C - B = old - mid
+    inab_run ba "A = new, B = mid, C = old; C's last column C - B" --library "$NEW" --library-b "$MID" \
+      --library-c "$OLD"
+  else
+    inab_run ba "A = new, B = old" --library "$NEW" --library-b "$OLD"
+  fi
+fi
 step inaa && inab_run aa "A = B = old" --library "$OLD" --library-b "$OLD"
 if step inab && step inba && [ -z "$MID" ]; then
   python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
