@@ -57,7 +57,8 @@ bench_arm() {  # arm name, port, server command...
   fi
   echo "$arm ready after $((SECONDS - s)) s"
   curl -s "localhost:$port/info" >"$R/info-$arm.json"
-  if [ "$arm" = native ] && [ -n "${CS1_GIT_DESCRIBE:-}" ] && ! grep -q "git=$CS1_GIT_DESCRIBE\"" "$R/info-$arm.json"; then
+  if [ "$arm" = native ] && [ -n "${CS1_GIT_DESCRIBE:-}" ] \
+    && ! grep -q "git=$CS1_GIT_DESCRIBE\"" "$R/info-$arm.json"; then
     echo "$arm: the library is not commit $CS1_GIT_DESCRIBE: $(grep -o '"build_info":"[^"]*"' "$R/info-$arm.json")"
     kill "$pid"; wait "$pid" 2>/dev/null
     return 1

@@ -197,8 +197,8 @@ class FakeGemmLibrary:
     """Just enough of the ABI for the pin bench: device buffers are numpy arrays behind fake addresses, a GEMM computes
     x w^T eagerly and records itself in a capture; a replay busy-waits each recorded call's time. Pins apply up to
     rank 2; heuristic #1 asked at 176 rows is 3x faster than the default (a gap of 400 us per 20-call graph, so that
-a busy CI machine's preemptions cannot hide it: at 20 % it once lost a screening); #1 asked at 128 rows gives other
-values."""
+    a busy CI machine's preemptions cannot hide it: at 20 % it once lost a screening); #1 asked at 128 rows gives
+    other values."""
 
     SLOW_US, FAST_US = 30.0, 10.0
 
