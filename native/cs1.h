@@ -213,7 +213,8 @@ int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void 
 /* For each prompt r: row t = last_rows[r] (not bounds-checked: the caller passes rows < T);
  * h = bf16(residual[t] + delta[t]) (delta may be null: h = residual[t]);
  * y = RMSNorm(1+w)(h) rounded to bf16; logits[r, j] = sum_d float(y[d]) * letters[j, d] in fp32.
- * letters: fp32 [n_letters, D]; logits: fp32 [n_rows, n_letters]. */
+ * letters: fp32 [n_letters, D]; logits: fp32 [n_rows, n_letters]. D <= 12256 (one fp32 row in 48 KiB of shared
+ * memory beside the kernel's scratch), else CS1_ERR_SHAPE. */
 int cs1_letter_readout(const void *residual, const void *delta, const int32_t *last_rows, int64_t n_rows,
                        const void *final_norm_w, const float *letters, int64_t n_letters, float *logits, int64_t D,
                        float eps, void *stream);

@@ -4,32 +4,52 @@
 
 namespace {
 
-constexpr int kReadoutThreads = 256;
+constexpr int kReadoutThreads = 1024;  // 32 warps: one letter row each, so the 26 dot products run side by side
+constexpr int kNormThreads = 256;      // the sum of squares keeps its 256-thread order (and so its bits)
+constexpr int kDotBatch = 16;          // a lane's letter loads issued together, ahead of their FMAs
+constexpr int64_t kMaxDynamicSmem = 48 * 1024 - 32 * sizeof(float);  // 48 KiB without opt-in, less the scratch
 
-// One block per prompt. y (bf16-rounded, kept as float) lives in shared memory; one warp per letter row.
-__global__ void letter_readout_kernel(const bf16 *__restrict__ residual, const bf16 *__restrict__ delta,
-                                      const int32_t *__restrict__ last_rows, int64_t n_rows,
-                                      const bf16 *__restrict__ w, const float *__restrict__ letters,
-                                      int64_t n_letters, float *__restrict__ logits, int64_t D, float eps) {
+// One block per prompt. y (bf16-rounded, kept as float) lives in shared memory; one warp per letter row. Each lane
+// sums its terms i = lane, lane + 32, ... in that order (one fmaf chain), as the 8-warp form did, so the logits
+// keep their bits; only the loads move ahead (kDotBatch at a time) and the rows spread over 32 warps instead of 8.
+__global__ void __launch_bounds__(kReadoutThreads, 1)
+    letter_readout_kernel(const bf16 *__restrict__ residual, const bf16 *__restrict__ delta,
+                          const int32_t *__restrict__ last_rows, int64_t n_rows, const bf16 *__restrict__ w,
+                          const float *__restrict__ letters, int64_t n_letters, float *__restrict__ logits, int64_t D,
+                          float eps) {
     __shared__ float scratch[32];
     extern __shared__ float y[];  // [D]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
         const int64_t t = last_rows[r];
-        float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-            float h = bf2f(residual[t * D + i]);
-            if (delta) h = round_bf(h + bf2f(delta[t * D + i]));
-            y[i] = h;
-            ss += h * h;
+        float ss = 0.0f;  // threads past kNormThreads add +0, as the lanes past 8 warps did in block_sum
+        if (threadIdx.x < kNormThreads) {
+            for (int64_t i = threadIdx.x; i < D; i += kNormThreads) {
+                float h = bf2f(residual[t * D + i]);
+                if (delta) h = round_bf(h + bf2f(delta[t * D + i]));
+                y[i] = h;
+                ss += h * h;
+            }
         }
-        const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + eps);
+        const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + eps);  // its barriers publish y
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[i] = round_bf(y[i] * inv * (1.0f + bf2f(w[i])));
         __syncthreads();
         for (int64_t j = warp; j < n_letters; j += nwarps) {
             const float *lr = letters + j * D;
             float acc = 0.0f;
-            for (int64_t i = lane; i < D; i += 32) acc = fmaf(y[i], lr[i], acc);
+            for (int64_t i0 = lane; i0 < D; i0 += 32 * kDotBatch) {
+                float l[kDotBatch];
+#pragma unroll
+                for (int b = 0; b < kDotBatch; ++b) {
+                    const int64_t i = i0 + 32 * b;
+                    l[b] = i < D ? lr[i] : 0.0f;
+                }
+#pragma unroll
+                for (int b = 0; b < kDotBatch; ++b) {
+                    const int64_t i = i0 + 32 * b;
+                    if (i < D) acc = fmaf(y[i], l[b], acc);
+                }
+            }
             acc = warp_sum(acc);
             if (lane == 0) logits[r * n_letters + j] = acc;
         }
@@ -45,7 +65,8 @@ extern "C" int cs1_letter_readout(const void *residual, const void *delta, const
     CS1_REQUIRE_SHAPE(n_rows >= 0 && n_letters >= 0 && D >= 0);
     if (n_rows == 0 || n_letters == 0) return 0;
     CS1_REQUIRE(residual && last_rows && final_norm_w && letters && logits, CS1_ERR_NULL);
-    CS1_REQUIRE_SHAPE(D > 0 && D * (int64_t)sizeof(float) <= 48 * 1024);
+    // y[D] is dynamic shared memory next to the kernel's 128-byte scratch: 48 KiB in all without an opt-in
+    CS1_REQUIRE_SHAPE(D > 0 && D * (int64_t)sizeof(float) <= kMaxDynamicSmem);
     CS1_REQUIRE_ALIGNED(residual, 2);
     CS1_REQUIRE_ALIGNED(delta, 2);
     CS1_REQUIRE_ALIGNED(final_norm_w, 2);

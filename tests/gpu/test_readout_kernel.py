@@ -14,6 +14,7 @@ from device_inputs import EPS, ROWS, rand_bf16
 from startlux_native import bf16
 
 D, N_LETTERS = 2560, 26
+MAX_D = (48 * 1024 - 128) // 4  # cs1_letter_readout refuses a wider row (status 2001)
 
 
 def reference(res, delta, last, w, letters):
@@ -31,30 +32,44 @@ def reference(res, delta, last, w, letters):
     return ref, 1e-5 * terms + 2.0 * flip
 
 
-@pytest.mark.parametrize("n_rows", ROWS)
-@pytest.mark.parametrize("with_delta", [True, False])
-def test_letter_readout(gpu, rng, n_rows, with_delta):
+def run_readout(gpu, rng, n_rows, with_delta, d=D, n_letters=N_LETTERS):
     T = n_rows + 37
-    res = rand_bf16(rng, (T, D), 3.0)
-    delta = rand_bf16(rng, (T, D), 1.0) if with_delta else None
-    w = rand_bf16(rng, (D,), 0.1)
-    letters = (0.25 * rng.standard_normal((N_LETTERS, D))).astype(np.float32)
+    res = rand_bf16(rng, (T, d), 3.0)
+    delta = rand_bf16(rng, (T, d), 1.0) if with_delta else None
+    w = rand_bf16(rng, (d,), 0.1)
+    letters = (0.25 * rng.standard_normal((n_letters, d))).astype(np.float32)
     last = np.sort(rng.choice(T, n_rows, replace=False)).astype(np.int32)
     ffi = gpu.ffi
-    logits = gpu.empty(n_rows * N_LETTERS * 4)
+    logits = gpu.empty(n_rows * n_letters * 4)  # poisoned: every logit must be written
     d_res = gpu.upload(res)
     gpu.lib.cs1_letter_readout(d_res.ptr, gpu.upload(delta).ptr if with_delta else ffi.NULL,
                                ffi.cast("int32_t *", gpu.upload(last).ptr), n_rows, gpu.upload(w).ptr,
-                               ffi.cast("float *", gpu.upload(letters).ptr), N_LETTERS,
-                               ffi.cast("float *", logits.ptr), D, EPS, gpu.stream)
-    got = gpu.download(logits, np.float32, (n_rows, N_LETTERS)).astype(np.float64)
-    assert (gpu.download(d_res, np.uint16, (T, D)) == res).all(), "the residual is read-only here"
+                               ffi.cast("float *", gpu.upload(letters).ptr), n_letters,
+                               ffi.cast("float *", logits.ptr), d, EPS, gpu.stream)
+    got = gpu.download(logits, np.float32, (n_rows, n_letters)).astype(np.float64)
+    assert (gpu.download(d_res, np.uint16, (T, d)) == res).all(), "the residual is read-only here"
     ref, tol = reference(res, delta, last, w, letters)
     assert np.isfinite(got).all()
     err = np.abs(got - ref)
-    print(f"readout n={n_rows} delta={with_delta}: max |err| {err.max():.3e}, max err/tol {(err / tol).max():.3f}, "
-          f"max |logit| {np.abs(ref).max():.2f}")
+    print(f"readout n={n_rows} D={d} letters={n_letters} delta={with_delta}: max |err| {err.max():.3e}, "
+          f"max err/tol {(err / tol).max():.3f}, max |logit| {np.abs(ref).max():.2f}")
     assert (err <= tol).all()
+
+
+@pytest.mark.parametrize("n_rows", ROWS)
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_letter_readout(gpu, rng, n_rows, with_delta):
+    run_readout(gpu, rng, n_rows, with_delta)
+
+
+# awkward widths (a lane's last batch partly past D; fewer elements than lanes) and letter counts (fewer rows than
+# warps, more rows than warps); the widest D whose row (4 bytes a value) fits 48 KiB of shared memory beside the
+# kernel's 128-byte scratch is 12256
+@pytest.mark.parametrize(("d", "n_letters"), [(1, 1), (63, 26), (64, 32), (65, 33), (640, 40), (4097, 26),
+                                              (MAX_D, 3)])
+@pytest.mark.parametrize("n_rows", [1, 65])
+def test_letter_readout_awkward_sizes(gpu, rng, d, n_letters, n_rows):
+    run_readout(gpu, rng, n_rows, True, d, n_letters)
 
 
 def test_readout_empty_and_checks(gpu):
@@ -64,6 +79,7 @@ def test_readout_empty_and_checks(gpu):
     p = gpu.empty(1 << 16)
     assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, null, ffi.cast("float *", p.ptr), 26,
                                   ffi.cast("float *", p.ptr), D, EPS, gpu.stream) == 2003
-    assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, p.ptr, ffi.cast("float *", p.ptr), 26,
-                                  ffi.cast("float *", p.ptr), 1 << 20, EPS, gpu.stream) == 2001
+    for too_wide in (MAX_D + 1, 1 << 20):
+        assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, p.ptr, ffi.cast("float *", p.ptr),
+                                      26, ffi.cast("float *", p.ptr), too_wide, EPS, gpu.stream) == 2001
     gpu.sync()
