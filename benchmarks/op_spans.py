@@ -119,13 +119,14 @@ def main(argv=None) -> int:
             order = range(len(backends)) if r % 2 == 0 else reversed(range(len(backends)))
             for i in order:
                 runs[i].append(one_forward(backends[i], ids, torch, streams[i]))
-        labels = list(runs[0][0])
+        labels = list(dict.fromkeys(label for arm in runs for label in arm[0]))  # every arm's ops, A's order first
         print(f"T={length}: ms per forward (median of {args.repeat}); arms " + ", ".join("AB"[:len(libs)]))
         for label in labels:
-            med = [statistics.median(run[label] for run in arm) for arm in runs]
+            med = [statistics.median(run.get(label, 0.0) for run in arm) for arm in runs]
             row = {"tokens": length, "op": label, "ms": med}
             if len(med) == 2:
-                row["b_minus_a_ms"] = statistics.median(b[label] - a[label] for a, b in zip(*runs, strict=True))
+                row["b_minus_a_ms"] = statistics.median(b.get(label, 0.0) - a.get(label, 0.0)
+                                                        for a, b in zip(*runs, strict=True))
             result["rows"].append(row)
             tail = f"  {row['b_minus_a_ms']:+8.4f}" if "b_minus_a_ms" in row else ""
             print(f"  {label:36s}" + "".join(f" {m:8.4f}" for m in med) + tail, flush=True)
