@@ -13,7 +13,9 @@ With --library-b, two CUDA backends (two builds of this package's ABI version) h
 calls alternate (A B, then B A, ...), so the machine's drift over a run (1-2 % between separate runs) hits both
 arms alike; each row then also gives the median of the per-round differences B - A. --gemm-pins-b alone makes the
 same kind of A/B with one build: arm B differs only in its GEMM pin table (--gemm-pins is arm A's; "auto", "off"
-or a table's path, see startlux_native.gemm_pins). --library-c adds a third build (e.g. A = main, B = main + one
+or a table's path, see startlux_native.gemm_pins); --down-split-b likewise for the down projection's K split
+("auto" or "off", --down-split is arm A's), and each length then also gives the largest logit difference between
+the two arms. --library-c adds a third build (e.g. A = main, B = main + one
 lever, C = main + that lever + the next): the rounds then rotate A B C, B C A, C A B, and arm C's rows give C - B
 (the second lever alone) next to C - A, so two stacked levers are judged in one process.
 """
@@ -136,6 +138,9 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-pins", default="auto", help="arm A's GEMM pin table: auto, off or a path (default auto)")
     p.add_argument("--gemm-pins-b", default=None,
                    help="arm B's GEMM pin table (default: arm A's); with it alone, arm B runs arm A's library")
+    p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
+    p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
+                   help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -144,8 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
-    if (args.library_b or args.gemm_pins_b or args.library_c) and args.backend != "cuda":
-        p.error("--library-b, --library-c and --gemm-pins-b need the CUDA backend")
+    if (args.library_b or args.gemm_pins_b or args.down_split_b or args.library_c) and args.backend != "cuda":
+        p.error("--library-b, --library-c, --gemm-pins-b and --down-split-b need the CUDA backend")
     if args.library_c and not args.library_b:
         p.error("--library-c needs --library-b (arm C is compared with arms A and B)")
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -156,15 +161,17 @@ def main(argv=None) -> int:
         from startlux_native import abi
         from startlux_native.cuda_backend import CudaBackend
         lib_a = abi.load(str(abi.library_path(args.library)))
-        arms_cfg = [(lib_a, args.gemm_pins)]
-        if args.library_b or args.gemm_pins_b:
-            arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins))
+        arms_cfg = [(lib_a, args.gemm_pins, args.down_split)]
+        if args.library_b or args.gemm_pins_b or args.down_split_b:
+            arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins,
+                             args.down_split_b or args.down_split))
         if args.library_c:
-            arms_cfg.append((args.library_c, args.gemm_pins))
-        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins)
-                    for lib, pins in arms_cfg]
+            arms_cfg.append((args.library_c, args.gemm_pins, args.down_split))
+        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins, down_split=ds)
+                    for lib, pins, ds in arms_cfg]
         for arm, b in zip("ABC", backends, strict=False):
-            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}", flush=True)
+            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}, down split {b.down_split_state}",
+                  flush=True)
     else:
         from startlux_native.reference import ReferenceBackend
         backends = [ReferenceBackend(ckpt)]
@@ -185,12 +192,14 @@ def main(argv=None) -> int:
                     backend.graphs_enabled = graphs
             calls = [lambda b=backend, x=ids: b.letter_logits([x]) for backend in backends]
             times = interleaved(calls, args.repeat, args.warmup)
+            logits = [call() for call in calls]
             for arm, t, paired in zip(arms, times, paired_deltas(times), strict=True):
                 row = {"tokens": length, "graphs": graphs, **summary(t), "weight_bytes": weight_bytes,
                        "flops": flops, "floor_ms": floor_ms,
                        "ratio_to_floor": (statistics.median(t) / floor_ms) if floor_ms else None}
                 if len(arms) > 1:
                     row["arm"] = arm
+                    row["max_abs_dlogit_vs_a"] = float(np.abs(logits[arms.index(arm)] - logits[0]).max())
                     row.update(paired)
                 rows.append(row)
                 print(json.dumps(row), flush=True)

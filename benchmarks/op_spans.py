@@ -23,7 +23,8 @@ import numpy as np
 
 FORWARD_OPS = ("cs1_upload_async", "cs1_embed", "cs1_rms_norm", "cs1_gemm", "cs1_gdn_conv_gates", "cs1_gdn_prefill",
                "cs1_gated_rms_norm", "cs1_attn_prep", "cs1_attention_gated_bidirectional", "cs1_attention_gated",
-               "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async")
+               "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async",
+               "cs1_gemm_split_f32", "cs1_add_partials_rms_norm")
 
 
 class EventLib:
@@ -45,6 +46,8 @@ class EventLib:
                 label = f"gemm {args[7]}x{args[8]}"  # N x K
                 if self.events and self.events[-1][0].startswith("attention"):
                     label += " after attention"  # o: the same shape as the GDN layers' out projection
+            elif name == "cs1_gemm_split_f32":
+                label = f"gemm {args[6]}x{args[7]} split"  # N x K, the down projection's K batches
             ev = self._torch.cuda.Event(enable_timing=True)
             ev.record(self._stream)
             self.events.append((label, ev))
@@ -81,6 +84,9 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("--library", default=None)
     p.add_argument("--library-b", default=None)
+    p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
+    p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
+                   help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
     p.add_argument("--lengths", default="160")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--seed", type=int, default=1234)
@@ -95,9 +101,12 @@ def main(argv=None) -> int:
 
     lengths = [int(x) for x in args.lengths.split(",")]
     ckpt = load_checkpoint(args.checkpoint)
-    libs = [args.library] + ([args.library_b] if args.library_b else [])
+    arms = [(args.library, args.down_split)]
+    if args.library_b or args.down_split_b:
+        arms.append((args.library_b or args.library, args.down_split_b or args.down_split))
+    libs = [lib for lib, _ in arms]
     backends = [CudaBackend(ckpt, library=abi.load(str(abi.library_path(lib))), max_tokens=max(lengths), max_rows=1,
-                            graphs=False) for lib in libs]
+                            graphs=False, down_split=ds) for lib, ds in arms]
     streams = [torch.cuda.ExternalStream(int(b.ffi.cast("uintptr_t", b.stream))) for b in backends]
     rng = np.random.default_rng(args.seed)
     result = {"checkpoint": args.checkpoint, "libraries": libs, "repeat": args.repeat, "rows": []}
@@ -110,13 +119,14 @@ def main(argv=None) -> int:
             order = range(len(backends)) if r % 2 == 0 else reversed(range(len(backends)))
             for i in order:
                 runs[i].append(one_forward(backends[i], ids, torch, streams[i]))
-        labels = list(runs[0][0])
+        labels = list(dict.fromkeys(label for arm in runs for label in arm[0]))  # every arm's ops, A's order first
         print(f"T={length}: ms per forward (median of {args.repeat}); arms " + ", ".join("AB"[:len(libs)]))
         for label in labels:
-            med = [statistics.median(run[label] for run in arm) for arm in runs]
+            med = [statistics.median(run.get(label, 0.0) for run in arm) for arm in runs]
             row = {"tokens": length, "op": label, "ms": med}
             if len(med) == 2:
-                row["b_minus_a_ms"] = statistics.median(b[label] - a[label] for a, b in zip(*runs, strict=True))
+                row["b_minus_a_ms"] = statistics.median(b.get(label, 0.0) - a.get(label, 0.0)
+                                                        for a, b in zip(*runs, strict=True))
             result["rows"].append(row)
             tail = f"  {row['b_minus_a_ms']:+8.4f}" if "b_minus_a_ms" in row else ""
             print(f"  {label:36s}" + "".join(f" {m:8.4f}" for m in med) + tail, flush=True)

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 5
+#define CS1_ABI_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,6 +99,11 @@ int cs1_rms_norm(const void *x, const void *w, void *out, int64_t rows, int64_t 
 /* residual <- bf16(residual + delta) in place, then out = RMSNorm(1+w) of the rounded residual */
 int cs1_add_rms_norm(void *residual, const void *delta, const void *w, void *out, int64_t rows, int64_t D,
                      float eps, void *stream);
+/* cs1_add_rms_norm with the delta made from fp32 partials (cs1_gemm_split_f32's output): delta = bf16(p_0 + p_1 +
+ * ... + p_{splits-1}) summed in fp32 in that order, p_s at partials + s * split_stride (floats, >= rows * D, a
+ * multiple of 4), each [rows, D]; then as cs1_add_rms_norm. D % 8 == 0 and D <= 4096; 16-byte aligned pointers. */
+int cs1_add_partials_rms_norm(void *residual, const float *partials, int32_t splits, int64_t split_stride,
+                              const void *w, void *out, int64_t rows, int64_t D, float eps, void *stream);
 /* Qwen3_5RMSNormGated over GDN output x [T, H, D] (D = 64, 128 or 256), z in rows of ldz (head h at z + h*D):
  * n = bf16(x * rsqrt(mean(x^2) + eps)); n' = w * n (rounded to bf16 when round_weighted != 0, i.e. the
  * weight was loaded in bf16); out = bf16(n' * silu(z_f32)). w is fp32 [D]. */
@@ -181,6 +186,11 @@ int cs1_gemm_destroy(void *gemm);
  * K, ldx and ldy multiples of 8 and x, w, y 16-byte aligned, else CS1_ERR_ALIGNMENT. */
 int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M, int64_t N,
              int64_t K, void *stream);
+/* K split into `splits` (2..16) equal slices, one strided-batched cuBLASLt call: partials[s] [M, N] fp32 (row
+ * stride N, partials + s * M * N) = x[:, s k:(s + 1) k] * w[:, s k:(s + 1) k]^T with k = K / splits (a multiple of
+ * 8), N % 4 == 0; the caller adds the partials (cs1_add_partials_rms_norm). Plans: cuBLASLt's first choice. */
+int cs1_gemm_split_f32(void *gemm, const void *x, int64_t ldx, const void *w, float *partials, int64_t M, int64_t N,
+                       int64_t K, int32_t splits, void *stream);
 /* opt-in: new plans time `candidates` heuristics on the call's operands and wait for the stream; 0 = off (gemm.cu) */
 int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
 /* Pin the plans this handle makes from now on for (M, N, K), any ld or alignment, to cuBLASLt's heuristic #rank

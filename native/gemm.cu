@@ -19,6 +19,12 @@
 // cs1_gemm_plan_info reports the winner's rank and median (-1 when untimed) of the lowest-(ldx, ldy) plan of an
 // (M, N, K).
 //
+// K split into batches (cs1_gemm_split_f32): one strided-batched call over `splits` equal slices of K, each slice's
+// product in its own fp32 [M, N] partial; the caller adds them (cs1_add_partials_rms_norm). At prompt-sized M the
+// N = 2560 down projection has only 2 x 20 output tiles, and cuBLASLt's own split-K adds its splits in a second
+// pass; the batches hand that sum to a kernel that runs anyway (LEVERS, levers 50 and 51). Plans of splits > 1 are
+// keyed apart from the plain ones and take cuBLASLt's first heuristic (no pins).
+//
 // Pins (cs1_gemm_pin): a fixed choice per (M, N, K), measured once offline (benchmarks/gemm_pins.py) and replayed
 // at every start without timing. A pin names heuristic #rank of the same problem asked at query_rows rows: at some
 // M cuBLASLt's list for a nearby row count holds a faster algorithm than its list for M itself (out/o at 160 rows,
@@ -50,8 +56,8 @@ struct Plan {
     float tuned_us = -1.0f;   // median time of the winner while tuning; -1 when the plan was not timed
 };
 
-// (M, N, K, ldx, ldy, alignment of x, w, y)
-typedef std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int> PlanKey;
+// (M, N, K, ldx, ldy, alignment of x, w, y, splits: 1 = one bf16-output GEMM, > 1 = K batches with fp32 partials)
+typedef std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int> PlanKey;
 // (M, N, K) -> (query_rows, rank)
 typedef std::tuple<int64_t, int64_t, int64_t> ShapeKey;
 typedef std::pair<int64_t, int32_t> Pin;
@@ -261,15 +267,28 @@ int apply_pin(Gemm &g, Plan &plan, cublasLtMatmulPreference_t pref, int64_t K, i
 
 int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
     int64_t M, N, K, ldx, ldy;
-    int ax, aw, ay;
-    std::tie(M, N, K, ldx, ldy, ax, aw, ay) = key;
+    int ax, aw, ay, splits;
+    std::tie(M, N, K, ldx, ldy, ax, aw, ay, splits) = key;
+    const int64_t k = K / splits;  // each batch's slice of K; batch i starts i * k columns into w and x
     CS1_BLAS(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
     CS1_BLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
     CS1_BLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
-    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K));
-    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, ldx));
-    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, ldy));
+    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, (uint64_t)k, (uint64_t)N, K));
+    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, (uint64_t)k, (uint64_t)M, ldx));
+    CS1_BLAS(cublasLtMatrixLayoutCreate(&plan.d, splits > 1 ? CUDA_R_32F : CUDA_R_16BF, (uint64_t)N, (uint64_t)M,
+                                        ldy));
+    if (splits > 1) {
+        const int32_t count = splits;
+        const int64_t slice = k, partial = ldy * M;
+        for (cublasLtMatrixLayout_t l : {plan.a, plan.b, plan.d})
+            CS1_BLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        for (cublasLtMatrixLayout_t l : {plan.a, plan.b})
+            CS1_BLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &slice,
+                                                      sizeof slice));
+        CS1_BLAS(cublasLtMatrixLayoutSetAttribute(plan.d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &partial,
+                                                  sizeof partial));
+    }
 
     cublasLtMatmulPreference_t pref = nullptr;
     CS1_BLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -310,7 +329,7 @@ int make_plan(Gemm &g, const PlanKey &key, const Operands &o, Plan &plan) {
     plan.algo_index = 0;
     plan.query_rows = M;
     plan.tuned_us = -1.0f;
-    if (!timed) {
+    if (!timed && splits == 1) {
         auto pin = g.pins.find(ShapeKey(M, N, K));
         if (pin != g.pins.end()) st = apply_pin(g, plan, pref, K, N, ldx, ldy, pin->second);
     }
@@ -394,7 +413,7 @@ extern "C" int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, i
     std::lock_guard<std::mutex> lock(g->mutex);
     const int64_t lo64 = std::numeric_limits<int64_t>::min();
     const int lo = std::numeric_limits<int>::min();
-    auto it = g->plans.lower_bound(PlanKey(M, N, K, lo64, lo64, lo, lo, lo));
+    auto it = g->plans.lower_bound(PlanKey(M, N, K, lo64, lo64, lo, lo, lo, lo));
     if (it == g->plans.end() || std::get<0>(it->first) != M || std::get<1>(it->first) != N ||
         std::get<2>(it->first) != K)
         return CS1_ERR_SHAPE;
@@ -404,19 +423,10 @@ extern "C" int cs1_gemm_plan_info(void *gemm, int64_t M, int64_t N, int64_t K, i
     return 0;
 }
 
-extern "C" int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
-                        int64_t N, int64_t K, void *stream) {
-    CS1_REQUIRE_SHAPE(M >= 0 && N >= 0 && K >= 0);
-    if (M == 0 || N == 0) return 0;
-    CS1_REQUIRE(gemm && x && w && y, CS1_ERR_NULL);
-    CS1_REQUIRE_SHAPE(K > 0 && ldx >= K && ldy >= N);
-    // 16-byte rows and pointers: what the tensor-core algorithms need for bf16
-    CS1_REQUIRE(K % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0, CS1_ERR_ALIGNMENT);
-    CS1_REQUIRE_ALIGNED(x, 16);
-    CS1_REQUIRE_ALIGNED(w, 16);
-    CS1_REQUIRE_ALIGNED(y, 16);
-    Gemm *g = static_cast<Gemm *>(gemm);
-    const PlanKey key(M, N, K, ldx, ldy, alignment_of(x), alignment_of(w), alignment_of(y));
+namespace {
+
+// The plan of `key` (made on first use), then one cuBLASLt call with it.
+int run_plan(Gemm *g, const PlanKey &key, const void *x, const void *w, void *y, void *stream) {
     Plan plan;
     {
         // held while a new plan is tuned: other threads sharing this handle wait for it
@@ -437,6 +447,40 @@ extern "C" int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, v
     CS1_BLAS(cublasLtMatmul(g->handle, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.d, y, plan.d, &plan.algo,
                             g->workspace, g->workspace_bytes, cs1_stream(stream)));
     CS1_LAUNCHED();
+}
+
+}  // namespace
+
+extern "C" int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M,
+                        int64_t N, int64_t K, void *stream) {
+    CS1_REQUIRE_SHAPE(M >= 0 && N >= 0 && K >= 0);
+    if (M == 0 || N == 0) return 0;
+    CS1_REQUIRE(gemm && x && w && y, CS1_ERR_NULL);
+    CS1_REQUIRE_SHAPE(K > 0 && ldx >= K && ldy >= N);
+    // 16-byte rows and pointers: what the tensor-core algorithms need for bf16
+    CS1_REQUIRE(K % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(x, 16);
+    CS1_REQUIRE_ALIGNED(w, 16);
+    CS1_REQUIRE_ALIGNED(y, 16);
+    Gemm *g = static_cast<Gemm *>(gemm);
+    return run_plan(g, PlanKey(M, N, K, ldx, ldy, alignment_of(x), alignment_of(w), alignment_of(y), 1), x, w, y,
+                    stream);
+}
+
+extern "C" int cs1_gemm_split_f32(void *gemm, const void *x, int64_t ldx, const void *w, float *partials, int64_t M,
+                                  int64_t N, int64_t K, int32_t splits, void *stream) {
+    CS1_REQUIRE_SHAPE(M >= 0 && N >= 0 && K >= 0 && splits >= 2 && splits <= 16);
+    if (M == 0 || N == 0) return 0;
+    CS1_REQUIRE(gemm && x && w && partials, CS1_ERR_NULL);
+    CS1_REQUIRE_SHAPE(K > 0 && ldx >= K && K % splits == 0);
+    // every slice starts on a 16-byte boundary of w and x; fp32 partial rows of N floats, 16-byte aligned
+    CS1_REQUIRE((K / splits) % 8 == 0 && ldx % 8 == 0 && N % 4 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(x, 16);
+    CS1_REQUIRE_ALIGNED(w, 16);
+    CS1_REQUIRE_ALIGNED(partials, 16);
+    Gemm *g = static_cast<Gemm *>(gemm);
+    return run_plan(g, PlanKey(M, N, K, ldx, N, alignment_of(x), alignment_of(w), alignment_of(partials), splits), x,
+                    w, partials, stream);
 }
 
 extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy,

@@ -60,27 +60,48 @@ __global__ void rms_norm_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ d
 // w) is issued before any store or arithmetic, so a row costs one memory round trip; with one warp per row and the
 // loads interleaved with the in-place residual stores, each delta load waited for the previous store (~7 us at 128
 // rows). Same formulas as rms_norm_kernel; only the fp32 sum order differs (fixed: lanes, then warps in order).
+// kPartials (with kAdd): the delta is not read but made, as a GEMM makes its output: the fp32 sum of `splits`
+// partials (partials + s * split_stride, s = 0, 1, ... in that order), rounded to bf16 once (cs1_gemm_split_f32).
 constexpr int kRowThreads = 128;
 
-template <bool kAdd, int kPacks>
+template <bool kAdd, bool kPartials, int kPacks>
 __global__ void __launch_bounds__(kRowThreads)
-    rms_norm_row_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const bf16 *__restrict__ w,
-                        bf16 *__restrict__ out, int64_t rows, int64_t D, float eps) {
+    rms_norm_row_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const float *__restrict__ partials,
+                        int splits, int64_t split_stride, const bf16 *__restrict__ w, bf16 *__restrict__ out,
+                        int64_t rows, int64_t D, float eps) {
     __shared__ float warp_ss[kRowThreads / 32];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int packs = (int)(D / 8);
     const Pack8 *w8 = reinterpret_cast<const Pack8 *>(w);
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         Pack8 *xr = reinterpret_cast<Pack8 *>(x + r * D);
-        const Pack8 *dr = kAdd ? reinterpret_cast<const Pack8 *>(delta + r * D) : nullptr;
+        const Pack8 *dr = kAdd && !kPartials ? reinterpret_cast<const Pack8 *>(delta + r * D) : nullptr;
         Pack8 v[kPacks], d[kPacks], wp[kPacks];
 #pragma unroll
         for (int j = 0; j < kPacks; ++j) {
             const int p = tid + kRowThreads * j;
             if (p >= packs) continue;
             v[j] = xr[p];
-            if (kAdd) d[j] = dr[p];
+            if (kAdd && !kPartials) d[j] = dr[p];
             wp[j] = w8[p];
+        }
+        if (kPartials) {
+#pragma unroll
+            for (int j = 0; j < kPacks; ++j) {
+                const int p = tid + kRowThreads * j;
+                if (p >= packs) continue;
+                const float4 *q = reinterpret_cast<const float4 *>(partials + r * D) + 2 * p;
+                float4 lo = q[0], hi = q[1];
+                for (int sp = 1; sp < splits; ++sp) {
+                    const float4 *qs = reinterpret_cast<const float4 *>(partials + sp * split_stride + r * D) + 2 * p;
+                    const float4 a = qs[0], b = qs[1];
+                    lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+                    hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+                }
+                const float sum[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+                for (int e = 0; e < 8; ++e) d[j].v[e] = f2bf(sum[e]);
+            }
         }
         float ss = 0.0f;
 #pragma unroll
@@ -208,6 +229,25 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+template <bool kAdd, bool kPartials>
+int launch_row_kernel(int64_t per_thread, unsigned grid, bf16 *x, const bf16 *delta, const float *partials,
+                      int splits, int64_t split_stride, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
+                      cudaStream_t s) {
+    if (per_thread <= 1)
+        rms_norm_row_kernel<kAdd, kPartials, 1><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
+                                                                            w, out, rows, D, eps);
+    else if (per_thread <= 2)
+        rms_norm_row_kernel<kAdd, kPartials, 2><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
+                                                                            w, out, rows, D, eps);
+    else if (per_thread <= 3)  // D = 2560 (the 4B hidden size)
+        rms_norm_row_kernel<kAdd, kPartials, 3><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
+                                                                            w, out, rows, D, eps);
+    else
+        rms_norm_row_kernel<kAdd, kPartials, 4><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
+                                                                            w, out, rows, D, eps);
+    CS1_LAUNCHED();
+}
+
 template <bool kAdd>
 int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
                   cudaStream_t s) {
@@ -217,14 +257,8 @@ int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t 
     const unsigned grid = cs1_grid(rows);
     if (!vec)
         rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else if (per_thread <= 1)
-        rms_norm_row_kernel<kAdd, 1><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else if (per_thread <= 2)
-        rms_norm_row_kernel<kAdd, 2><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else if (per_thread <= 3)  // D = 2560 (the 4B hidden size)
-        rms_norm_row_kernel<kAdd, 3><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
     else
-        rms_norm_row_kernel<kAdd, 4><<<grid, kRowThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
+        return launch_row_kernel<kAdd, false>(per_thread, grid, x, delta, nullptr, 0, 0, w, out, rows, D, eps, s);
     CS1_LAUNCHED();
 }
 
@@ -281,6 +315,23 @@ extern "C" int cs1_add_rms_norm(void *residual, const void *delta, const void *w
     CS1_REQUIRE_ALIGNED(out, 2);
     return launch_norm(true, static_cast<bf16 *>(residual), static_cast<const bf16 *>(delta),
                        static_cast<const bf16 *>(w), static_cast<bf16 *>(out), rows, D, eps, cs1_stream(stream));
+}
+
+extern "C" int cs1_add_partials_rms_norm(void *residual, const float *partials, int32_t splits, int64_t split_stride,
+                                         const void *w, void *out, int64_t rows, int64_t D, float eps, void *stream) {
+    CS1_REQUIRE_SHAPE(rows >= 0 && D >= 0 && splits >= 1 && splits <= 16);
+    if (rows == 0) return 0;
+    CS1_REQUIRE(residual && partials && w && out, CS1_ERR_NULL);
+    CS1_REQUIRE_SHAPE(D > 0 && D % 8 == 0 && D <= 4096 && split_stride >= rows * D);
+    CS1_REQUIRE(split_stride % 4 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(residual, 16);
+    CS1_REQUIRE_ALIGNED(partials, 16);
+    CS1_REQUIRE_ALIGNED(w, 16);
+    CS1_REQUIRE_ALIGNED(out, 16);
+    const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;
+    return launch_row_kernel<true, true>(per_thread, cs1_grid(rows), static_cast<bf16 *>(residual), nullptr, partials,
+                                         splits, split_stride, static_cast<const bf16 *>(w), static_cast<bf16 *>(out),
+                                         rows, D, eps, cs1_stream(stream));
 }
 
 extern "C" int cs1_gated_rms_norm(const void *x, const void *z, int64_t ldz, const float *w, int32_t round_weighted,

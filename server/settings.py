@@ -28,6 +28,7 @@ class Settings:
     keep_fp32_gdn_params: bool = False
     graphs: bool = True
     gemm_pins: str = "auto"
+    down_split: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -91,6 +92,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
                        "length, chosen offline by benchmarks/gemm_pins.py); 'off' keeps cuBLASLt's first choice; "
                        "or the path of a table, which must match the device (else the server refuses to start). "
                        "The choice is logged and shown in /info"),
+    ("down-split", str, "cuda backend: 'auto' runs each layer's down projection, for prompts up to 256 padded tokens, "
+                        "as 3 batches of its K in one cuBLASLt call and adds the fp32 partials in the norm that "
+                        "follows (a different fp32 sum order than one GEMM's, the same bf16 rounding); 'off' keeps "
+                        "one GEMM. Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -109,7 +114,8 @@ FLAGS: list[tuple[str, type | object, str]] = [
                                            "else meanwhile, so keep it to short prompts"),
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
-           "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio")}
+           "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
+           "down-split": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

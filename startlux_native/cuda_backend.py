@@ -38,6 +38,12 @@ I32 = 4
 PAD_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(range(1152, 2049, 128))
               + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
 MAX_GRAPHS = 128
+# The down projection (N = hidden, K = intermediate) as a K split into batches with fp32 partials, summed by the
+# add_rms_norm that follows it (LEVERS 50, 51): at prompt-sized M cuBLASLt's one GEMM adds its own split-K in a
+# second pass. Up to DOWN_SPLIT_MAX_ROWS padded rows; above them the GEMM is compute-bound and the partials' bytes
+# would cost. The last layer's down keeps the plain GEMM (the read-out adds its delta).
+DOWN_SPLITS = 3
+DOWN_SPLIT_MAX_ROWS = 256
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
@@ -103,12 +109,13 @@ class CudaBackend:
     """Backend on one CUDA device. `checkpoint` follows startlux_native.checkpoint.Checkpoint (config, profile,
     raw, f32, letter_rows). `library` is an abi.Library, a path, or None ($CS1_LIBRARY / target/). `gemm_pins` is
     "auto" (the shipped GEMM pin table measured on this kind of GPU, if any), "off", or a table's path
-    (startlux_native.gemm_pins)."""
+    (startlux_native.gemm_pins). `down_split` is "auto" (the down projection as DOWN_SPLITS batches of K up to
+    DOWN_SPLIT_MAX_ROWS padded rows, when the intermediate size allows it) or "off"."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
-                 max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto"):
+                 max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -125,6 +132,12 @@ class CudaBackend:
             raise BackendError(f"unknown attention mode {self.attention_mode!r}")
         self.round_weighted = 1 if self.profile.gdn_param_precision == "bf16-rounded" else 0
         self.pad_token = PAD_TOKEN if PAD_TOKEN < cfg.vocab_size else 0
+        if down_split not in ("auto", "off"):
+            raise ValueError(f"down_split must be 'auto' or 'off', not {down_split!r}")
+        self.down_splits = self.split_count(cfg.intermediate_size) if down_split == "auto" else 0
+        self.down_split_state = (f"{self.down_splits} batches of K up to {DOWN_SPLIT_MAX_ROWS} rows"
+                                 if self.down_splits else
+                                 "off (option)" if down_split == "off" else "off (intermediate size does not split)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -162,6 +175,14 @@ class CudaBackend:
             raise BackendError(f"CUDA backend: {exc}", sticky=exc.sticky) from exc
         if table is not None:
             gemm_pins.apply(self.lib, self.gemm, table)
+
+    @staticmethod
+    def split_count(inter: int) -> int:
+        """DOWN_SPLITS batches when every slice of K is a whole number of 8 columns (16 bytes), else 2, else 0."""
+        for splits in (DOWN_SPLITS, 2):
+            if inter % (8 * splits) == 0:
+                return splits
+        return 0
 
     @staticmethod
     def _check_config(cfg) -> None:
@@ -286,6 +307,8 @@ class CudaBackend:
         a.add("act", cap * cfg.intermediate_size * BF16)
         a.add("logits", rows * N_LETTERS * F32)
         a.add("gdn_ws", self.gdn_workspace_bytes)
+        if self.down_splits:
+            a.add("partials", self.down_splits * min(cap, DOWN_SPLIT_MAX_ROWS) * h * F32)
         self.scratch_bytes = a.size
         base = self.ffi.cast("char *", self._device_alloc(a.size))
         self.buf = {name: base + off for name, off in a.offsets.items()}
@@ -348,6 +371,8 @@ class CudaBackend:
         attention = (L.cs1_attention_gated_bidirectional if self.attention_mode == "bidirectional"
                      else L.cs1_attention_gated)
         beta, gg = ffi.cast("float *", b["beta"]), ffi.cast("float *", b["g"])
+        split = self.down_splits if T <= DOWN_SPLIT_MAX_ROWS else 0
+        partials = ffi.cast("float *", b["partials"]) if split else None
         for i, layer in enumerate(self.layers):
             m = layer.mixer
             if isinstance(m, _GdnLayer):
@@ -375,9 +400,14 @@ class CudaBackend:
             inter = cfg.intermediate_size
             L.cs1_gemm(g, b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, T, self.n_mlp, h, s)
             L.cs1_silu_mul(b["proj"], self.n_mlp, b["act"], T, inter, s)
-            L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, T, h, inter, s)
-            if i + 1 < len(self.layers):
-                L.cs1_add_rms_norm(b["res"], b["delta"], self.layers[i + 1].input_norm, b["x"], T, h, eps, s)
+            if split and i + 1 < len(self.layers):
+                L.cs1_gemm_split_f32(g, b["act"], inter, layer.w_down, partials, T, h, inter, split, s)
+                L.cs1_add_partials_rms_norm(b["res"], partials, split, T * h, self.layers[i + 1].input_norm, b["x"],
+                                            T, h, eps, s)
+            else:
+                L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, T, h, inter, s)
+                if i + 1 < len(self.layers):
+                    L.cs1_add_rms_norm(b["res"], b["delta"], self.layers[i + 1].input_norm, b["x"], T, h, eps, s)
         # the last residual add and the final norm happen inside the read-out, at the last rows only
         logits = ffi.cast("float *", b["logits"])
         L.cs1_letter_readout(b["res"], b["delta"], last, n, self.final_norm, ffi.cast("float *", self.letters),
@@ -517,6 +547,7 @@ class CudaBackend:
             "graphs_captured": len(self._graphs),
             "graph_replays": self.graph_replays,
             "gemm_pins": self.gemm_pins_state,
+            "down_split": self.down_split_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -288,3 +288,88 @@ def test_pin_argument_checks_and_blas_version(gpu, gemm):
     assert raw.cs1_gemm_blas_version(version) == 0
     print(f"cuBLASLt version {int(version[0])}")
     assert int(version[0]) >= 10000
+
+
+# ---- K split into batches with fp32 partials (cs1_gemm_split_f32) --------------------------------------------------
+
+def run_split_case(gpu, gemm, rng, M, N, K, splits, ldx_pad=0):
+    """partials[s] against the float64 product of slice s; also the sum of the partials against the whole product.
+    Returns (worst relative error of a slice, relative error of the sum, rows checked)."""
+    ldx, k = K + ldx_pad, K // splits
+    x = rand_bf16(rng, (M, ldx))
+    w = gemm_weight(rng, N, K)
+    out = gpu.empty(splits * M * N * 4)
+    gpu.lib.cs1_gemm_split_f32(gemm, gpu.upload(x).ptr, ldx, gpu.upload(w).ptr, gpu.ffi.cast("float *", out.ptr),
+                               M, N, K, splits, gpu.stream)
+    got = gpu.download(out, np.float32, (splits, M, N))
+    assert np.isfinite(got).all(), "unwritten (poisoned) or non-finite partials"
+    rows = checked_rows(rng, M)
+    xs, ws = bf16.from_bits(x[rows, :K]).astype(np.float64), bf16.from_bits(w).astype(np.float64)
+    worst = 0.0
+    for s in range(splits):
+        ref = xs[:, s * k:(s + 1) * k] @ ws[:, s * k:(s + 1) * k].T
+        worst = max(worst, float(np.abs(got[s, rows] - ref).max() / np.abs(ref).max()))
+    whole = xs @ ws.T
+    total = got[:, rows].astype(np.float64).sum(axis=0)
+    return worst, float(np.abs(total - whole).max() / np.abs(whole).max()), len(rows)
+
+
+SPLIT_TOL = 1e-4  # fp32 outputs of fp32 accumulation over <= 4608 terms: no bf16 rounding of the result
+
+
+@pytest.mark.parametrize("M", ROWS)
+@pytest.mark.parametrize("splits", [2, 3, 4])
+def test_gemm_split_vs_float64(gpu, gemm, rng, M, splits):
+    N, K = 2560, 9216  # the 4B's down projection
+    worst, total, n = run_split_case(gpu, gemm, rng, M, N, K, splits)
+    print(f"gemm split M={M} N={N} K={K} splits={splits}: slice rel error {worst:.3e}, sum {total:.3e} on {n} rows "
+          f"(tol {SPLIT_TOL})")
+    assert worst <= SPLIT_TOL and total <= SPLIT_TOL
+
+
+@pytest.mark.parametrize("M,N,K,splits,ldx_pad", [(1, 8, 16, 2, 0), (63, 72, 48, 3, 8), (65, 2560, 4096, 8, 64),
+                                                 (640, 128, 256, 16, 0)])
+def test_gemm_split_awkward_shapes(gpu, gemm, rng, M, N, K, splits, ldx_pad):
+    worst, total, n = run_split_case(gpu, gemm, rng, M, N, K, splits, ldx_pad)
+    print(f"gemm split M={M} N={N} K={K} splits={splits} ldx=K+{ldx_pad}: slice {worst:.3e}, sum {total:.3e}")
+    assert worst <= SPLIT_TOL and total <= SPLIT_TOL
+
+
+def test_gemm_split_is_deterministic_and_capturable(gpu, gemm, rng):
+    M, N, K, splits = 160, 2560, 9216, 3
+    x = gpu.upload(rand_bf16(rng, (M, K)))
+    w = gpu.upload(gemm_weight(rng, N, K))
+    outs = []
+    for captured in (False, False, True):
+        out = gpu.empty(splits * M * N * 4)
+        p = gpu.ffi.cast("float *", out.ptr)
+        if captured:
+            exec_ = gpu.ffi.new("void **")
+            gpu.lib.cs1_graph_begin(gpu.stream)
+            try:
+                gpu.lib.cs1_gemm_split_f32(gemm, x.ptr, K, w.ptr, p, M, N, K, splits, gpu.stream)
+            finally:
+                gpu.lib.cs1_graph_end(gpu.stream, exec_)
+            gpu.lib.cs1_graph_launch(exec_[0], gpu.stream)
+            gpu.sync()
+            gpu.lib.cs1_graph_destroy(exec_[0])
+        else:
+            gpu.lib.cs1_gemm_split_f32(gemm, x.ptr, K, w.ptr, p, M, N, K, splits, gpu.stream)
+        outs.append(gpu.download(out, np.float32, (splits, M, N)))
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+
+
+def test_gemm_split_argument_checks(gpu, gemm):
+    raw, null = gpu.lib.raw, gpu.ffi.NULL
+    buf = gpu.empty(1 << 20)
+    p, f = buf.ptr, gpu.ffi.cast("float *", buf.ptr)
+    assert raw.cs1_gemm_split_f32(gemm, null, 96, null, gpu.ffi.NULL, 0, 64, 96, 3, gpu.stream) == 0  # M = 0
+    assert raw.cs1_gemm_split_f32(gemm, p, 96, p, f, 4, 64, 96, 1, gpu.stream) == 2001  # splits < 2
+    assert raw.cs1_gemm_split_f32(gemm, p, 96, p, f, 4, 64, 96, 17, gpu.stream) == 2001  # splits > 16
+    assert raw.cs1_gemm_split_f32(gemm, p, 96, p, f, 4, 64, 100, 3, gpu.stream) == 2001  # K % splits
+    assert raw.cs1_gemm_split_f32(gemm, p, 96, p, f, 4, 64, 84, 2, gpu.stream) == 2002  # slice 42: not 16 bytes
+    assert raw.cs1_gemm_split_f32(gemm, p, 64, p, f, 4, 64, 96, 3, gpu.stream) == 2001  # ldx < K
+    assert raw.cs1_gemm_split_f32(gemm, p, 96, p, gpu.ffi.cast("float *", buf.at(4)), 4, 64, 96, 3,
+                                  gpu.stream) == 2002  # partials not 16-byte aligned
+    assert raw.cs1_gemm_split_f32(null, p, 96, p, f, 4, 64, 96, 3, gpu.stream) == 2003
+    gpu.sync()

@@ -329,6 +329,33 @@ def test_graph_replay_is_bit_identical_to_eager(cs1, tiny_folder, rng):
         assert be.graph_replays > 0 and be.describe()["graphs_captured"] >= 4
 
 
+def test_down_split_matches_reference_and_replays_exactly(cs1, tiny_folder, rng):
+    """The down projection as K batches with fp32 partials (down_split="auto": 2 batches at the tiny model's
+    intermediate size 256) on prompts of up to 256 padded rows: each row alone against the numpy reference and
+    against down_split="off" (the same tolerance: only the fp32 sum order differs), and graph replay byte-identical
+    to eager with the split on."""
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    lengths = [1, 63, 64, 65, 130, 250]
+    rows = random_rows(rng, lengths, ck.config.vocab_size)
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=512, max_rows=4, graphs=True, down_split=spec) as be:
+            state = be.describe()["down_split"]
+            print(f"down_split={spec}: {state}")
+            assert (be.down_splits == 2) == (spec == "auto") and state.startswith("2 batches" if be.down_splits else
+                                                                                  "off")
+            out[spec] = np.concatenate([be._forward([r], use_graph=False) for r in rows])
+            for r in rows:
+                be._forward([r], use_graph=True)  # eager + capture
+                assert be._forward([r], use_graph=True).tobytes() == be._forward([r], use_graph=False).tobytes()
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    compare("down split vs reference", out["auto"], ref, lengths)
+    compare("down split vs one GEMM", out["auto"], out["off"], lengths)
+    print(f"down split vs one GEMM: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+    with pytest.raises(ValueError):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, down_split="on")
+
+
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
     """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
     GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""

@@ -228,3 +228,54 @@ def test_empty_work_returns_zero(gpu):
     assert gpu.lib.raw.cs1_gated_rms_norm(null, null, 0, gpu.ffi.cast("float *", 0), 1, null, 0, 32, 128, EPS,
                                           gpu.stream) == 0
     gpu.sync()
+
+
+# ---- cs1_add_partials_rms_norm: the delta made from fp32 partials (cs1_gemm_split_f32) -------------------------------
+
+# (T, D, splits): the 4B's down projection at every awkward row count, then the register kernel's other widths
+PARTIAL_CASES = [(T, 2560, 3) for T in ROWS] + [(1, 8, 2), (63, 1000, 1), (65, 3000, 4), (640, 4096, 16)]
+
+
+@pytest.mark.parametrize("T,D,splits", PARTIAL_CASES)
+def test_add_partials_rms_norm(gpu, rng, T, D, splits):
+    """delta = bf16(fp32 p_0 + p_1 + ... in order): exact against numpy's float32 sums in the same order; then the
+    residual add exact and the norm within 1 ulp, as cs1_add_rms_norm. The partials sit split_stride floats apart,
+    with a gap after each block."""
+    res = rand_bf16(rng, (T, D), 4.0)
+    parts = (rng.standard_normal((splits, T, D)) * (1.0 / splits)).astype(np.float32)
+    w = rand_bf16(rng, (D,), 0.1)
+    stride = T * D + 12
+    spaced = np.full((splits, stride), np.nan, np.float32)
+    spaced[:, :T * D] = parts.reshape(splits, -1)
+    d_res = gpu.upload(res)
+    d_parts = gpu.upload(spaced)
+    out = gpu.empty(T * D * 2)
+    gpu.lib.cs1_add_partials_rms_norm(d_res.ptr, gpu.ffi.cast("float *", d_parts.ptr), splits, stride,
+                                      gpu.upload(w).ptr, out.ptr, T, D, EPS, gpu.stream)
+    total = parts[0].copy()
+    for s in range(1, splits):
+        total = total + parts[s]  # float32, in split order
+    delta = bf16.to_bits(total)
+    want_res = bf16.to_bits(bf16.from_bits(res) + bf16.from_bits(delta))
+    new_res = gpu.download(d_res, np.uint16, (T, D))
+    mism = int((new_res != want_res).sum())
+    print(f"add_partials_rms_norm T={T} D={D} splits={splits}: residual mismatches {mism}")
+    assert mism == 0
+    got = gpu.download(out, np.uint16, (T, D))
+    check_ulps(f"add_partials_rms_norm T={T} D={D}", got, rms_ref(f64(want_res), f64(w)))
+
+
+def test_add_partials_rms_norm_refuses(gpu, rng):
+    raw, null = gpu.lib.raw, gpu.ffi.NULL
+    buf = gpu.empty(1 << 20)
+    p, f = buf.ptr, gpu.ffi.cast("float *", buf.ptr)
+    assert raw.cs1_add_partials_rms_norm(null, gpu.ffi.cast("float *", null), 3, 0, null, null, 0, 2560, EPS,
+                                         gpu.stream) == 0  # no rows
+    assert raw.cs1_add_partials_rms_norm(p, f, 3, 64 * 100, p, p, 8, 100, EPS, gpu.stream) == 2001  # D % 8
+    assert raw.cs1_add_partials_rms_norm(p, f, 3, 64 * 4104, p, p, 8, 4104, EPS, gpu.stream) == 2001  # D > 4096
+    assert raw.cs1_add_partials_rms_norm(p, f, 0, 64 * 64, p, p, 8, 64, EPS, gpu.stream) == 2001  # splits
+    assert raw.cs1_add_partials_rms_norm(p, f, 3, 8 * 64 - 4, p, p, 8, 64, EPS, gpu.stream) == 2001  # stride short
+    assert raw.cs1_add_partials_rms_norm(p, f, 3, 8 * 64 + 2, p, p, 8, 64, EPS, gpu.stream) == 2002  # stride % 4
+    assert raw.cs1_add_partials_rms_norm(buf.at(2), f, 3, 8 * 64, p, p, 8, 64, EPS, gpu.stream) == 2002
+    assert raw.cs1_add_partials_rms_norm(p, f, 3, 8 * 64, p, null, 8, 64, EPS, gpu.stream) == 2003
+    gpu.sync()

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Lever 51 (LEVERS) in one H200 call: the down projection's K split on and off in ONE build (the setting is the only
+# difference).
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck ops inab inba http"] [INPROCESS_LENGTHS=...]
+#   [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
+# Steps:
+#   tests     pytest: test_gemm's and test_norm's split / partials tests, test_model's split, graph and 4B numpy
+#             reference tests (the 4B at 100 tokens runs the split)
+#   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
+#   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
+#   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
+#   inba      the same with the arms loaded in the other order (A = auto, B = off); with inab, the lever's delta
+#             with the load order cancelled
+#   http      scripts/gpu_http_ab.sh: three servers of this build, A = C = CS1_DOWN_SPLIT=off, B = auto
+# Writes $OUT/summary.txt, $OUT/inprocess-{ab,ba}.json, $OUT/op_spans.json, $OUT/ab.txt, $OUT/logs.tar.xz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-$PWD/gpu_down_split_ab_out}
+W=$(mktemp -d)/split_ab
+mkdir -p "$W" "$FINAL"
+. scripts/device_env.sh "$W"
+STEPS=" ${STEPS:-tests memcheck ops inab inba} "
+step() { [[ $STEPS == *" $1 "* ]]; }
+CKPT=${CKPT:-/tmp/bench4b}
+S=$FINAL/summary.txt
+T0=$SECONDS
+say() { printf '%4ss  %s\n' $((SECONDS - T0)) "$*" | tee -a "$S"; }
+finish() { tar cJf "$FINAL/logs.tar.xz" -C "$W/.." split_ab; }
+trap finish EXIT
+{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
+  --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
+cat "$W/env.txt" >>"$S"
+./build.sh target 90 >"$W/build.log" 2>&1
+say "build: $(tail -n1 "$W/build.log")"
+[ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1 &
+CK=$!
+if step tests; then
+  timeout 420 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gemm.py tests/gpu/test_norm.py \
+    tests/gpu/test_model.py -k "split or partials or graph or numpy_reference" >"$W/tests.log" 2>&1
+  say "tests rc=$?: $(tail -n1 "$W/tests.log")"
+fi
+if step memcheck; then
+  SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  timeout 150 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+    python3 scripts/sanitize_driver.py 160 640 1024 >"$W/sanitizer.log" 2>&1
+  say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
+fi
+wait $CK
+if step ops; then
+  timeout 240 python3 -m benchmarks.op_spans "$CKPT" --down-split off --down-split-b auto \
+    --lengths "${OPS_LENGTHS:-128,160}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
+  say "op_spans (A = off, B = auto) rc=$?"
+  grep -E "T=|  [a-z]" "$W/op_spans.log" | tee -a "$S"
+fi
+inab_run() {  # inab_run <name> <label> <inprocess flags...>
+  local name=$1 label=$2
+  shift 2
+  timeout "${INAB_TIMEOUT:-240}" python3 -m benchmarks.inprocess "$CKPT" "$@" --graphs on \
+    --repeat "${INAB_REPEAT:-60}" --lengths "${INPROCESS_LENGTHS:-128,160,256,512}" \
+    --output "$FINAL/inprocess-$name.json" >"$W/inprocess-$name.log" 2>&1
+  say "inprocess $name ($label, rotated) rc=$?"
+  grep -E "^arm|^ *[0-9]+ " "$W/inprocess-$name.log" | tee -a "$S"
+  python3 - "$FINAL/inprocess-$name.json" <<'PY' | tee -a "$S"
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r.get("arm") == "B"]
+print("  max |dlogit| B vs A: " + ", ".join(f"{r['tokens']} {r['max_abs_dlogit_vs_a']:.3e}" for r in rows))
+PY
+}
+step inab && inab_run ab "A = off, B = auto" --down-split off --down-split-b auto
+step inba && inab_run ba "A = auto, B = off" --down-split auto --down-split-b off
+if step inab && step inba; then
+  python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
+import json, sys
+ab, ba = ({r["tokens"]: r["paired_delta_ms"] for r in json.load(open(f))["rows"] if "paired_delta_ms" in r}
+          for f in sys.argv[1:])
+for t in ab:
+    if t in ba:
+        print(f"  {t:>6} tokens: on - off {(ab[t] - ba[t]) / 2:+.4f} ms with each arm loaded first once "
+              f"(inab {ab[t]:+.4f}, inba {-ba[t]:+.4f}; placement offset {(ab[t] + ba[t]) / 2:+.4f})")
+PY
+fi
+if step http; then
+  ARMS="A B C" ENV_A="CS1_DOWN_SPLIT=off" ENV_B="CS1_DOWN_SPLIT=auto" ENV_C="CS1_DOWN_SPLIT=off" \
+    ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
+  say "http rc=$?"
+  tail -n 40 "$W/http.log" | tee -a "$S"
+fi
+say "done"
