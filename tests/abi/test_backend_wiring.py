@@ -48,6 +48,7 @@ class FakeLibrary(abi.Library):
         self._keep: dict[int, object] = {}
         self._int_functions = set()
         self._wrappers = {}
+        self.split_calls = 0  # cs1_gemm_split_f32 calls: the rows alone (<= 256 padded rows) take the split path
 
     def build_info(self) -> str:
         return "numpy fake"
@@ -158,6 +159,26 @@ class FakeLibrary(abi.Library):
     def cs1_gemm(self, g, x, ldx, w, y, ldy, M, N, K, s):
         # float64 products: a row's result does not depend on M (numpy's float32 blocking would)
         self.put(y, self.bf(x, M, K, ldx).astype(np.float64) @ self.bf(w, N, K).T.astype(np.float64), M, N, ldy)
+        return 0
+
+    def cs1_gemm_split_f32(self, g, x, ldx, w, partials, M, N, K, splits, s):
+        # batch i: K columns [i k, (i + 1) k) of x and w, its float32 partial at partials + i * M * N
+        self.split_calls += 1
+        k = K // splits
+        xs, ws = self.bf(x, M, K, ldx).astype(np.float64), self.bf(w, N, K).astype(np.float64)
+        out = self.view(partials, np.float32, splits * M * N).reshape(splits, M, N)
+        for i in range(splits):
+            out[i] = xs[:, i * k:(i + 1) * k] @ ws[:, i * k:(i + 1) * k].T
+        return 0
+
+    def cs1_add_partials_rms_norm(self, res, partials, splits, stride, w, out, rows, D, eps, s):
+        p = self.view(partials, np.float32, (splits - 1) * stride + rows * D)
+        total = p[:rows * D].copy()
+        for i in range(1, splits):  # float32, in split order
+            total = total + p[i * stride:i * stride + rows * D]
+        r = rb(self.bf(res, rows, D) + rb(total).reshape(rows, D))
+        self.put(res, r, rows, D)
+        self.put(out, self._norm(r, self.bf(w, 1, D)[0], eps), rows, D)
         return 0
 
     def cs1_gdn_conv(self, qkv, ld, w, positions, out, T, C, s):
@@ -291,9 +312,12 @@ def test_backend_wiring_matches_reference(tiny_folder, mode):
     ck = load_checkpoint(tiny_folder, attention_mode=mode, require_tokenizer=False)
     rng = np.random.default_rng(11)
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
-    with CudaBackend(ck, library=FakeLibrary(), max_tokens=512, max_rows=8, graphs=False) as be:
-        got = be.letter_logits(rows)
-        single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])
+    lib = FakeLibrary()
+    with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False) as be:
+        got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
+        assert lib.split_calls == 0
+        single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
+        assert lib.split_calls > 0
         print(be.describe())
     ref = ReferenceBackend(ck).letter_logits(rows)
     pg, pr = probs(got), probs(ref)
