@@ -80,14 +80,6 @@ __global__ void __launch_bounds__(kThreads) window(const uint32_t *cycle, int st
     }
 }
 
-__global__ void fill_bf16(__nv_bfloat16 *p, long long n, uint32_t seed) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-        p[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-    }
-}
-
 struct Shape { const char *name; int n, k; };
 
 int main() {
@@ -124,8 +116,8 @@ int main() {
         CHECK(cudaMalloc(&pool, wbytes * copies));
         CHECK(cudaMalloc(&x, 2ll * kM * s.k));
         CHECK(cudaMalloc(&y, 2ll * kM * s.n));
-        fill_bf16<<<1024, 256, 0, stream>>>(pool, wbytes / 2 * copies, 1u);
-        fill_bf16<<<64, 256, 0, stream>>>(x, (long long)kM * s.k, 2u);
+        probe_fill_bf16<<<1024, 256, 0, stream>>>(pool, wbytes / 2 * copies, 1u);
+        probe_fill_bf16<<<64, 256, 0, stream>>>(x, (long long)kM * s.k, 2u);
         CHECK(cudaStreamSynchronize(stream));
         const float one = 1.0f, zero = 0.0f;
         for (int steps : windows) {
@@ -136,7 +128,6 @@ int main() {
                     double med[2];
                     for (int with_gemm = 0; with_gemm < 2; ++with_gemm) {
                         cudaGraph_t graph;
-                        cudaGraphExec_t exec;
                         CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
                         for (int i = 0; i < kSteps; ++i) {
                             const char *copy = (const char *)pool + (long long)(i % copies) * wbytes;
@@ -148,25 +139,7 @@ int main() {
                                                           s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                         }
                         CHECK(cudaStreamEndCapture(stream, &graph));
-                        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-                        std::vector<float> times;
-                        cudaEvent_t a, b;
-                        CHECK(cudaEventCreate(&a));
-                        CHECK(cudaEventCreate(&b));
-                        for (int rep = 0; rep < kReps + 2; ++rep) {
-                            CHECK(cudaEventRecord(a, stream));
-                            CHECK(cudaGraphLaunch(exec, stream));
-                            CHECK(cudaEventRecord(b, stream));
-                            CHECK(cudaEventSynchronize(b));
-                            float ms;
-                            CHECK(cudaEventElapsedTime(&ms, a, b));
-                            if (rep >= 2) times.push_back(ms * 1000.0f / kSteps);
-                        }
-                        std::sort(times.begin(), times.end());
-                        med[with_gemm] = times[times.size() / 2];
-                        CHECK(cudaEventDestroy(a));
-                        CHECK(cudaEventDestroy(b));
-                        CHECK(cudaGraphExecDestroy(exec));
+                        med[with_gemm] = probe_graph_us(graph, stream, kSteps, kReps);
                         CHECK(cudaGraphDestroy(graph));
                     }
                     std::printf("%-20s window %3d  %-6s f %.3f (%6.1f MB)  step %7.2f us  window %6.2f  gemm %6.2f\n",

@@ -35,16 +35,6 @@
 constexpr int kAlgos = 32, kCalls = 20, kReps = 12;
 constexpr size_t kWorkspace = 32 << 20;
 
-__global__ void fill_bf16(__nv_bfloat16 *p, long long n, uint32_t seed) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-    }
-}
-
 struct Timing {
     float first = -1, best = 1e30f;
     int tried = 0, best_rank = -1;
@@ -91,7 +81,6 @@ Timing time_form(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, cons
     const long long wcount = (long long)N * K;
     for (int r = 0; r < n_found; ++r) {
         cudaGraph_t graph;
-        cudaGraphExec_t exec;
         bool ok = true;
         CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         for (int i = 0; i < kCalls && ok; ++i)
@@ -102,28 +91,10 @@ Timing time_form(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, cons
             CHECK(cudaGraphDestroy(graph));
             continue;
         }
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        std::vector<float> times;
-        cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        for (int rep = 0; rep < kReps + 2; ++rep) {
-            CHECK(cudaEventRecord(e0, stream));
-            CHECK(cudaGraphLaunch(exec, stream));
-            CHECK(cudaEventRecord(e1, stream));
-            CHECK(cudaEventSynchronize(e1));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            if (rep >= 2) times.push_back(ms * 1000.0f / kCalls);
-        }
-        std::sort(times.begin(), times.end());
-        const float med = times[times.size() / 2];
+        const float med = probe_graph_us(graph, stream, kCalls, kReps);
         if (t.tried == 0) t.first = med;
         if (med < t.best) t.best = med, t.best_rank = r;
         ++t.tried;
-        CHECK(cudaEventDestroy(e0));
-        CHECK(cudaEventDestroy(e1));
-        CHECK(cudaGraphExecDestroy(exec));
         CHECK(cudaGraphDestroy(graph));
     }
     CHECK_LT(cublasLtMatmulPreferenceDestroy(pref));
@@ -158,8 +129,8 @@ int main() {
         CHECK(cudaMalloc(&pool, wbytes * copies));
         CHECK(cudaMalloc(&x, 2ll * 256 * K));
         CHECK(cudaMalloc(&y, 4ll * 8 * 256 * N));
-        fill_bf16<<<1024, 256, 0, stream>>>(pool, wbytes / 2 * copies, 1u);
-        fill_bf16<<<64, 256, 0, stream>>>(x, 256ll * K, 2u);
+        probe_fill_bf16<<<1024, 256, 0, stream>>>(pool, wbytes / 2 * copies, 1u);
+        probe_fill_bf16<<<64, 256, 0, stream>>>(x, 256ll * K, 2u);
         CHECK(cudaStreamSynchronize(stream));
         for (int M : rows) {
             for (int s : splits) {
