@@ -26,15 +26,6 @@
 
 #include "probe_check.h"
 
-#define CHECK_CUBLAS(call)                                                        \
-    do {                                                                          \
-        cublasStatus_t s_ = (call);                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-            std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #call, (int)s_); \
-            std::exit(1);                                                         \
-        }                                                                         \
-    } while (0)
-
 constexpr int kM = 160, kSteps = 20, kReps = 15, kPrefetchBlocks = 16, kThreads = 256;
 constexpr int kChaseWords = 1 << 20;  // 4 MiB of uint32 indices: one random cycle
 constexpr int kStripeChunk = 256;     // bytes per stripe chunk
@@ -100,10 +91,10 @@ int main() {
     CHECK(cudaMalloc(&sink, 64));
     CHECK(cudaMemcpy(cycle, host.data(), kChaseWords * 4, cudaMemcpyHostToDevice));
     cublasHandle_t handle;
-    CHECK_CUBLAS(cublasCreate(&handle));
+    CHECK_BLAS(cublasCreate(&handle));
     cudaStream_t stream;
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CHECK_CUBLAS(cublasSetStream(handle, stream));
+    CHECK_BLAS(cublasSetStream(handle, stream));
     const Shape shapes[] = {{"out/o 2560x4096", 2560, 4096}, {"down 2560x9216", 2560, 9216},
                             {"gdn_in 12352x2560", 12352, 2560}, {"gate_up 18432x2560", 18432, 2560}};
     const int windows[] = {32, 320};  // dependent L2 loads: a ~5 us and a ~50 us kernel
@@ -134,7 +125,7 @@ int main() {
                             Prefetch pf{copy, s.n, 2ll * s.k, f == 0.0f ? 0 : pattern, f};
                             window<<<1 + kPrefetchBlocks, kThreads, 0, stream>>>(cycle, steps, sink, pf);
                             if (with_gemm)
-                                CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, kM, s.k, &one, copy,
+                                CHECK_BLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, kM, s.k, &one, copy,
                                                           CUDA_R_16BF, s.k, x, CUDA_R_16BF, s.k, &zero, y, CUDA_R_16BF,
                                                           s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                         }
@@ -153,6 +144,6 @@ int main() {
         CHECK(cudaFree(x));
         CHECK(cudaFree(y));
     }
-    CHECK_CUBLAS(cublasDestroy(handle));
+    CHECK_BLAS(cublasDestroy(handle));
     return 0;
 }

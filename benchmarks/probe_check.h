@@ -1,5 +1,5 @@
 // probe_check.h: shared pieces of the stand-alone CUDA probes in benchmarks/ (pdl_probe.cu, conv_runs.cu,
-// l2_prefetch_probe.cu, splitk_batch_probe.cu): CHECK(call) prints the failing call and its error, then exits 1;
+// l2_prefetch_probe.cu, splitk_batch_probe.cu): CHECK(call) and CHECK_BLAS(call) print the failing call and its status, then exit 1;
 // probe_fill_bf16 writes small hashed values (never all zeros); probe_graph_us times a captured graph.
 #pragma once
 
@@ -19,6 +19,16 @@
             std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
             std::exit(1);                                                                             \
         }                                                                                             \
+    } while (0)
+
+// A cuBLAS or cuBLASLt call (status 0 = success): print the call and its status, then exit 1.
+#define CHECK_BLAS(call)                                                                         \
+    do {                                                                                         \
+        const int s_ = (int)(call);                                                              \
+        if (s_ != 0) {                                                                           \
+            std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #call, s_);        \
+            std::exit(1);                                                                        \
+        }                                                                                        \
     } while (0)
 
 // p[i] = a hash of (i, seed) scaled to [-0.025, 0.025): weights and activations of a GEMM probe

@@ -23,15 +23,6 @@
 
 #include "probe_check.h"
 
-#define CHECK_LT(call)                                                                           \
-    do {                                                                                         \
-        cublasStatus_t s_ = (call);                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
-            std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #call, (int)s_); \
-            std::exit(1);                                                                        \
-        }                                                                                        \
-    } while (0)
-
 constexpr int kAlgos = 32, kCalls = 20, kReps = 12;
 constexpr size_t kWorkspace = 32 << 20;
 
@@ -48,34 +39,34 @@ Timing time_form(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, cons
     const bool batched = s > 1;
     const int k = K / s;
     cublasLtMatmulDesc_t desc;
-    CHECK_LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtMatrixLayout_t a, b, d;
     const cudaDataType_t out_type = batched ? CUDA_R_32F : CUDA_R_16BF;
-    CHECK_LT(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, N, K));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, M, K));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&d, out_type, N, M, N));
+    CHECK_BLAS(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, N, K));
+    CHECK_BLAS(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, M, K));
+    CHECK_BLAS(cublasLtMatrixLayoutCreate(&d, out_type, N, M, N));
     if (batched) {
         const int32_t count = s;
         const int64_t step_ab = k, step_d = (int64_t)N * M;
         for (cublasLtMatrixLayout_t l : {a, b, d})
-            CHECK_LT(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-        CHECK_LT(cublasLtMatrixLayoutSetAttribute(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_ab,
+            CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_ab,
                                                   sizeof step_ab));
-        CHECK_LT(cublasLtMatrixLayoutSetAttribute(b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_ab,
+        CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_ab,
                                                   sizeof step_ab));
-        CHECK_LT(cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_d,
+        CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_d,
                                                   sizeof step_d));
     }
     cublasLtMatmulPreference_t pref;
-    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_BLAS(cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = kWorkspace;
-    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CHECK_BLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatmulHeuristicResult_t found[kAlgos];
     int n_found = 0;
-    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, kAlgos, found, &n_found));
+    CHECK_BLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, kAlgos, found, &n_found));
     Timing t;
     const float one = 1.0f, zero = 0.0f;
     const long long wcount = (long long)N * K;
@@ -97,11 +88,11 @@ Timing time_form(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, cons
         ++t.tried;
         CHECK(cudaGraphDestroy(graph));
     }
-    CHECK_LT(cublasLtMatmulPreferenceDestroy(pref));
-    CHECK_LT(cublasLtMatrixLayoutDestroy(a));
-    CHECK_LT(cublasLtMatrixLayoutDestroy(b));
-    CHECK_LT(cublasLtMatrixLayoutDestroy(d));
-    CHECK_LT(cublasLtMatmulDescDestroy(desc));
+    CHECK_BLAS(cublasLtMatmulPreferenceDestroy(pref));
+    CHECK_BLAS(cublasLtMatrixLayoutDestroy(a));
+    CHECK_BLAS(cublasLtMatrixLayoutDestroy(b));
+    CHECK_BLAS(cublasLtMatrixLayoutDestroy(d));
+    CHECK_BLAS(cublasLtMatmulDescDestroy(desc));
     return t;
 }
 
@@ -112,7 +103,7 @@ int main() {
                 "median of %d replays, weights rotating over >= 1 GiB\n",
                 prop.name, prop.multiProcessorCount, kAlgos, kCalls, kReps);
     cublasLtHandle_t lt;
-    CHECK_LT(cublasLtCreate(&lt));
+    CHECK_BLAS(cublasLtCreate(&lt));
     cudaStream_t stream;
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     void *workspace;
@@ -148,6 +139,6 @@ int main() {
         CHECK(cudaFree(y));
     }
     CHECK(cudaFree(workspace));
-    CHECK_LT(cublasLtDestroy(lt));
+    CHECK_BLAS(cublasLtDestroy(lt));
     return 0;
 }

@@ -69,15 +69,8 @@ PY
 step inab && inab_run ab "A = off, B = auto" --down-split off --down-split-b auto
 step inba && inab_run ba "A = auto, B = off" --down-split auto --down-split-b off
 if step inab && step inba; then
-  python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
-import json, sys
-ab, ba = ({r["tokens"]: r["paired_delta_ms"] for r in json.load(open(f))["rows"] if "paired_delta_ms" in r}
-          for f in sys.argv[1:])
-for t in ab:
-    if t in ba:
-        print(f"  {t:>6} tokens: on - off {(ab[t] - ba[t]) / 2:+.4f} ms with each arm loaded first once "
-              f"(inab {ab[t]:+.4f}, inba {-ba[t]:+.4f}; placement offset {(ab[t] + ba[t]) / 2:+.4f})")
-PY
+  python3 -m benchmarks.load_order "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" --label "on - off" \
+    | tee -a "$S"
 fi
 if step http; then
   ARMS="A B C" ENV_A="CS1_DOWN_SPLIT=off" ENV_B="CS1_DOWN_SPLIT=auto" ENV_C="CS1_DOWN_SPLIT=off" \

@@ -201,15 +201,8 @@ if step inba; then
 fi
 step inaa && inab_run aa "A = B = old" --library "$OLD" --library-b "$OLD"
 if step inab && step inba && [ -z "$MID" ]; then
-  python3 - "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" <<'PY' | tee -a "$S"
-import json, sys
-ab, ba = ({r["tokens"]: r["paired_delta_ms"] for r in json.load(open(f))["rows"] if "paired_delta_ms" in r}
-          for f in sys.argv[1:])
-for t in ab:
-    if t in ba:
-        print(f"  {t:>6} tokens: new - old {(ab[t] - ba[t]) / 2:+.4f} ms with each arm loaded first once "
-              f"(inab {ab[t]:+.4f}, inba {-ba[t]:+.4f}; placement offset {(ab[t] + ba[t]) / 2:+.4f})")
-PY
+  python3 -m benchmarks.load_order "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" --label "new - old" \
+    | tee -a "$S"
 fi
 if step ops; then
   need_checkpoint
