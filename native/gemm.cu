@@ -125,6 +125,12 @@ int alignment_of(const void *p) {
     return a;
 }
 
+// The alignment cuBLASLt may assume for every batch of a strided-batched operand: its base pointer's, but no more
+// than the batch stride (in bytes) allows.
+int batch_alignment(const void *p, int64_t stride_bytes) {
+    return std::min(alignment_of(p), alignment_of(reinterpret_cast<const void *>((uintptr_t)stride_bytes)));
+}
+
 // True unless the stream is known not to be capturing (a failed query counts as capturing: never time then).
 bool maybe_capturing(cudaStream_t s) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -479,8 +485,10 @@ extern "C" int cs1_gemm_split_f32(void *gemm, const void *x, int64_t ldx, const 
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(partials, 16);
     Gemm *g = static_cast<Gemm *>(gemm);
-    return run_plan(g, PlanKey(M, N, K, ldx, N, alignment_of(x), alignment_of(w), alignment_of(partials), splits), x,
-                    w, partials, stream);
+    const int64_t slice_bytes = K / splits * 2;
+    const PlanKey key(M, N, K, ldx, N, batch_alignment(x, slice_bytes), batch_alignment(w, slice_bytes),
+                      batch_alignment(partials, M * N * 4), splits);
+    return run_plan(g, key, x, w, partials, stream);
 }
 
 extern "C" int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int64_t ldy,
