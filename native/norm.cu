@@ -287,10 +287,8 @@ int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t 
                      (!kAdd || cs1_aligned(delta, 16));
     const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;  // Pack8 per thread, one block per row
     const unsigned grid = cs1_grid(rows);
-    if (!vec)
-        rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else
-        return launch_row_kernel<kAdd, 0>(per_thread, grid, x, delta, nullptr, 0, 0, w, out, rows, D, eps, s);
+    if (vec) return launch_row_kernel<kAdd, 0>(per_thread, grid, x, delta, nullptr, 0, 0, w, out, rows, D, eps, s);
+    rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
     CS1_LAUNCHED();
 }
 
