@@ -60,15 +60,19 @@ __global__ void rms_norm_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ d
 // w) is issued before any store or arithmetic, so a row costs one memory round trip; with one warp per row and the
 // loads interleaved with the in-place residual stores, each delta load waited for the previous store (~7 us at 128
 // rows). Same formulas as rms_norm_kernel; only the fp32 sum order differs (fixed: lanes, then warps in order).
-// kPartials (with kAdd): the delta is not read but made, as a GEMM makes its output: the fp32 sum of `splits`
+// kSplits != 0 (with kAdd): the delta is not read but made, as a GEMM makes its output: the fp32 sum of the
 // partials (partials + s * split_stride, s = 0, 1, ... in that order), rounded to bf16 once (cs1_gemm_split_f32).
+// With kSplits > 0 (the counts the forward uses) every partial's load is issued with the row's other loads, so the
+// row still costs one memory round trip; kDynamicSplits takes the count from `splits` and walks it in a loop.
 constexpr int kRowThreads = 128;
+constexpr int kDynamicSplits = -1;
 
-template <bool kAdd, bool kPartials, int kPacks>
+template <bool kAdd, int kSplits, int kPacks>
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_row_kernel(bf16 *__restrict__ x, const bf16 *__restrict__ delta, const float *__restrict__ partials,
                         int splits, int64_t split_stride, const bf16 *__restrict__ w, bf16 *__restrict__ out,
                         int64_t rows, int64_t D, float eps) {
+    constexpr bool kPartials = kSplits != 0;
     __shared__ float warp_ss[kRowThreads / 32];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int packs = (int)(D / 8);
@@ -85,7 +89,35 @@ __global__ void __launch_bounds__(kRowThreads)
             if (kAdd && !kPartials) d[j] = dr[p];
             wp[j] = w8[p];
         }
-        if (kPartials) {
+        if constexpr (kSplits > 0) {
+            float4 q[kPacks][kSplits][2];  // [pack][partial][low, high 4 of the pack's 8 values]
+#pragma unroll
+            for (int j = 0; j < kPacks; ++j) {
+                const int p = tid + kRowThreads * j;
+                if (p >= packs) continue;
+#pragma unroll
+                for (int sp = 0; sp < kSplits; ++sp) {
+                    const float4 *qs = reinterpret_cast<const float4 *>(partials + sp * split_stride + r * D) + 2 * p;
+                    q[j][sp][0] = qs[0];
+                    q[j][sp][1] = qs[1];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kPacks; ++j) {
+                const int p = tid + kRowThreads * j;
+                if (p >= packs) continue;
+                float4 lo = q[j][0][0], hi = q[j][0][1];
+#pragma unroll
+                for (int sp = 1; sp < kSplits; ++sp) {
+                    const float4 a = q[j][sp][0], b = q[j][sp][1];
+                    lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+                    hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+                }
+                const float sum[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+                for (int e = 0; e < 8; ++e) d[j].v[e] = f2bf(sum[e]);
+            }
+        } else if constexpr (kPartials) {
 #pragma unroll
             for (int j = 0; j < kPacks; ++j) {
                 const int p = tid + kRowThreads * j;
@@ -229,22 +261,22 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-template <bool kAdd, bool kPartials>
+template <bool kAdd, int kSplits>
 int launch_row_kernel(int64_t per_thread, unsigned grid, bf16 *x, const bf16 *delta, const float *partials,
                       int splits, int64_t split_stride, const bf16 *w, bf16 *out, int64_t rows, int64_t D, float eps,
                       cudaStream_t s) {
     if (per_thread <= 1)
-        rms_norm_row_kernel<kAdd, kPartials, 1><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
-                                                                            w, out, rows, D, eps);
+        rms_norm_row_kernel<kAdd, kSplits, 1><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride, w,
+                                                                          out, rows, D, eps);
     else if (per_thread <= 2)
-        rms_norm_row_kernel<kAdd, kPartials, 2><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
-                                                                            w, out, rows, D, eps);
+        rms_norm_row_kernel<kAdd, kSplits, 2><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride, w,
+                                                                          out, rows, D, eps);
     else if (per_thread <= 3)  // D = 2560 (the 4B hidden size)
-        rms_norm_row_kernel<kAdd, kPartials, 3><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
-                                                                            w, out, rows, D, eps);
+        rms_norm_row_kernel<kAdd, kSplits, 3><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride, w,
+                                                                          out, rows, D, eps);
     else
-        rms_norm_row_kernel<kAdd, kPartials, 4><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride,
-                                                                            w, out, rows, D, eps);
+        rms_norm_row_kernel<kAdd, kSplits, 4><<<grid, kRowThreads, 0, s>>>(x, delta, partials, splits, split_stride, w,
+                                                                          out, rows, D, eps);
     CS1_LAUNCHED();
 }
 
@@ -255,10 +287,8 @@ int launch_norm_t(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t 
                      (!kAdd || cs1_aligned(delta, 16));
     const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;  // Pack8 per thread, one block per row
     const unsigned grid = cs1_grid(rows);
-    if (!vec)
-        rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
-    else
-        return launch_row_kernel<kAdd, false>(per_thread, grid, x, delta, nullptr, 0, 0, w, out, rows, D, eps, s);
+    if (vec) return launch_row_kernel<kAdd, 0>(per_thread, grid, x, delta, nullptr, 0, 0, w, out, rows, D, eps, s);
+    rms_norm_kernel<kAdd><<<grid, kNormThreads, 0, s>>>(x, delta, w, out, rows, D, eps);
     CS1_LAUNCHED();
 }
 
@@ -329,9 +359,13 @@ extern "C" int cs1_add_partials_rms_norm(void *residual, const float *partials, 
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(out, 16);
     const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;
-    return launch_row_kernel<true, true>(per_thread, cs1_grid(rows), static_cast<bf16 *>(residual), nullptr, partials,
-                                         splits, split_stride, static_cast<const bf16 *>(w), static_cast<bf16 *>(out),
-                                         rows, D, eps, cs1_stream(stream));
+    // the forward's counts (3: down, 4: out / o) load every partial up front
+    auto launch = launch_row_kernel<true, kDynamicSplits>;
+    if (splits == 2) launch = launch_row_kernel<true, 2>;
+    if (splits == 3) launch = launch_row_kernel<true, 3>;
+    if (splits == 4) launch = launch_row_kernel<true, 4>;
+    return launch(per_thread, cs1_grid(rows), static_cast<bf16 *>(residual), nullptr, partials, splits, split_stride,
+                  static_cast<const bf16 *>(w), static_cast<bf16 *>(out), rows, D, eps, cs1_stream(stream));
 }
 
 extern "C" int cs1_gated_rms_norm(const void *x, const void *z, int64_t ldz, const float *w, int32_t round_weighted,

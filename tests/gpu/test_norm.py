@@ -232,8 +232,10 @@ def test_empty_work_returns_zero(gpu):
 
 # ---- cs1_add_partials_rms_norm: the delta made from fp32 partials (cs1_gemm_split_f32) -------------------------------
 
-# (T, D, splits): the 4B's down projection at every awkward row count, then the register kernel's other widths
-PARTIAL_CASES = [(T, 2560, 3) for T in ROWS] + [(1, 8, 2), (63, 1000, 1), (65, 3000, 4), (640, 4096, 16)]
+# (T, D, splits): the 4B's down projection at every awkward row count, then the register kernel's other widths and
+# the counts without their own kernel (1, 5, 16: the loop over `splits`; 2, 3, 4 load every partial up front)
+PARTIAL_CASES = [(T, 2560, 3) for T in ROWS] + [(1, 8, 2), (63, 1000, 1), (65, 3000, 4), (65, 2560, 5),
+                                                        (640, 4096, 16)]
 
 
 @pytest.mark.parametrize("T,D,splits", PARTIAL_CASES)
