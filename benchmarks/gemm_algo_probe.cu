@@ -11,7 +11,8 @@
 // cublasLtMatmulAlgoCheck; the heuristic lists a small part of it.
 // Method, per shape and M (the forward's layouts, workspace and reduction schemes):
 //   1. candidates: the heuristic's list at M and at 144 / 192 / 256 query rows ("h<q>#<rank>"), and every
-//      (algorithm, tile, cluster shape) with default stages, split 1, swizzle 0, option 0 that passes the check ("x");
+//      (algorithm, tile, cluster shape, stages undefined or 64xAUTO) with split 1, swizzle 0, option 0 that passes
+//      the check ("x");
 //   2. screen: each candidate a CUDA graph of kScreenCalls calls, a 256-byte memset between calls (as the pin bench:
 //      no call overlaps its neighbour, like the forward where our kernels sit between GEMMs), median of 3 replays;
 //   3. widen: the best kWiden screened configurations of step 1 varied in stages, split-K (2, 3, 4) with each
@@ -227,21 +228,34 @@ int exhaustive_candidates(const Problem &p, std::vector<Candidate> &out, int *ch
     int ids[512], n_ids = 0;
     CHECK_BLAS(cublasLtMatmulAlgoGetIds(p.lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
                                         CUDA_R_16BF, 512, ids, &n_ids));
-    const int clusters[] = {0, 2, 3, 4, 5, 6, 8};  // auto, 1x1, 2x1, 4x1, 1x2, 2x2, 1x4
+    // cluster shapes auto and 1x1 ... 4x4 (cublasLtClusterShape_t 0, 2-10); stages undefined and 64xAUTO (35: the
+    // heuristic's choice for every Hopper plan of the first run; undefined alone passed no check there)
+    const int clusters[] = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    const uint32_t stage_ids[] = {0, 35};
     for (int i = 0; i < n_ids && (int)out.size() < kMaxCandidates; ++i) {
         cublasLtMatmulAlgo_t algo;
         if (cublasLtMatmulAlgoInit(p.lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
                                    CUDA_R_16BF, ids[i], &algo) != CUBLAS_STATUS_SUCCESS)
             continue;
-        for (uint32_t tile : cap_ids(algo, CUBLASLT_ALGO_CAP_TILE_IDS))
-            for (int cluster : clusters) {
-                Config c;
-                c.id = ids[i];
-                c.tile = (int)tile;
-                c.cluster = cluster;
-                ++*checked;
-                try_config(p, c, "x", out);
-            }
+        const std::vector<uint32_t> tiles = cap_ids(algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+        const size_t before = out.size();
+        for (uint32_t tile : tiles)
+            for (int cluster : clusters)
+                for (uint32_t stages : stage_ids) {
+                    Config c;
+                    c.id = ids[i];
+                    c.tile = (int)tile;
+                    c.cluster = cluster;
+                    c.stages = (int)stages;
+                    ++*checked;
+                    try_config(p, c, "x", out);
+                }
+        if (p.M == 128 && p.N == 18432)  // once: what each algorithm offers
+            std::printf("  algorithm %3d: %zu tiles, %zu stage ids, split-K %d, custom options 0-%d; %zu plans "
+                        "passed the check\n",
+                        ids[i], tiles.size(), cap_ids(algo, CUBLASLT_ALGO_CAP_STAGES_IDS).size(),
+                        cap_get<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT),
+                        cap_get<int32_t>(algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), out.size() - before);
     }
     return n_ids;
 }
