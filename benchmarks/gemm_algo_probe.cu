@@ -2,7 +2,7 @@
 // the plans the forward can reach today (heuristic ranks at a few query lengths: what the pin table chooses from).
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemm_algo_probe benchmarks/gemm_algo_probe.cu -lcublasLt && \
-//     /tmp/gemm_algo_probe [rows...]            (default rows: 128 160)
+//     /tmp/gemm_algo_probe [rows...]            (default rows: 128 160; 1-8192)
 //
 // Why (LEVERS, lever 55): at 160 rows the wide projections sit far above their weight bytes (gate / up ~36 us per
 // call against ~22, GDN in ~25 against 15, qkv ~23 against 12), and lever 30's pins only ever chose among the
@@ -10,9 +10,9 @@
 // (algorithm id, tile, stages, cluster shape, split-K and its reduction, CTA swizzle, custom option) that passes
 // cublasLtMatmulAlgoCheck; the heuristic lists a small part of it.
 // Method, per shape and M (the forward's layouts, workspace and reduction schemes):
-//   1. candidates: the heuristic's list at M and at 144 / 192 / 256 query rows ("h<q>#<rank>"), and every
-//      (algorithm, tile, cluster shape, stages undefined or 64xAUTO) with split 1, swizzle 0, option 0 that passes
-//      the check ("x");
+//   1. candidates: the heuristic's list at M and at 144 / 192 / 256 query rows (M x 7/8, 9/8, 5/4 above 256;
+//      "h<q>#<rank>"), and every (algorithm, tile, cluster shape, stages undefined or 64xAUTO) with split 1,
+//      swizzle 0, option 0 that passes the check ("x");
 //   2. screen: each candidate a CUDA graph of kScreenCalls calls, a 256-byte memset between calls (as the pin bench:
 //      no call overlaps its neighbour, like the forward where our kernels sit between GEMMs), median of 3 replays;
 //   3. widen: the best kWiden screened configurations of step 1 varied in stages, split-K (2, 3, 4) with each
@@ -37,6 +37,7 @@
 constexpr int kScreenCalls = 10, kScreenReps = 3, kConfirmCalls = 20, kConfirmReps = 9, kRounds = 3;
 constexpr int kWiden = 6, kConfirm = 10, kMaxCandidates = 4000;
 constexpr size_t kWorkspace = 32 << 20;  // the forward's (startlux_native/cuda_backend.py GEMM_WORKSPACE)
+constexpr int kMaxRows = 8192;
 
 struct Config {
     int id = 0, tile = 0, stages = 0, splits = 1, reduction = 0, swizzle = 0, custom = 0, cluster = 0;
@@ -224,6 +225,8 @@ bool try_config(const Problem &p, const Config &c, const char *source, std::vect
 }
 
 // Every (algorithm, tile, cluster shape) at default stages, split 1, no swizzle, option 0.
+bool listed_algorithms = false;
+
 int exhaustive_candidates(const Problem &p, std::vector<Candidate> &out, int *checked) {
     int ids[512], n_ids = 0;
     CHECK_BLAS(cublasLtMatmulAlgoGetIds(p.lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
@@ -250,13 +253,14 @@ int exhaustive_candidates(const Problem &p, std::vector<Candidate> &out, int *ch
                     ++*checked;
                     try_config(p, c, "x", out);
                 }
-        if (p.M == 128 && p.N == 18432)  // once: what each algorithm offers
+        if (!listed_algorithms)  // once: what each algorithm offers
             std::printf("  algorithm %3d: %zu tiles, %zu stage ids, split-K %d, custom options 0-%d; %zu plans "
                         "passed the check\n",
                         ids[i], tiles.size(), cap_ids(algo, CUBLASLT_ALGO_CAP_STAGES_IDS).size(),
                         cap_get<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT),
                         cap_get<int32_t>(algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), out.size() - before);
     }
+    listed_algorithms = true;
     return n_ids;
 }
 
@@ -325,10 +329,10 @@ void run_shape(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, void *
     const int copies = (int)std::max<long long>(4, (1ll << 30) / wbytes + 1);
     __nv_bfloat16 *pool, *x, *y;
     CHECK(cudaMalloc(&pool, wbytes * copies));
-    CHECK(cudaMalloc(&x, 2ll * 256 * K));
-    CHECK(cudaMalloc(&y, 2ll * 256 * N));
+    CHECK(cudaMalloc(&x, 2ll * kMaxRows * K));
+    CHECK(cudaMalloc(&y, 2ll * kMaxRows * N));
     probe_fill_bf16<<<1024, 256, 0, stream>>>(pool, wbytes / 2 * copies, 1u);
-    probe_fill_bf16<<<64, 256, 0, stream>>>(x, 256ll * K, 2u);
+    probe_fill_bf16<<<256, 256, 0, stream>>>(x, (long long)kMaxRows * K, 2u);
     CHECK(cudaStreamSynchronize(stream));
     for (int M : rows) {
         Problem p{lt, stream, workspace, separator, nullptr, nullptr, nullptr, nullptr, nullptr, pool, x, y, copies,
@@ -337,7 +341,10 @@ void run_shape(cublasLtHandle_t lt, cudaStream_t stream, void *workspace, void *
         std::vector<Candidate> list;
         heuristic_candidates(p, M, 32, list);
         const size_t n_default_list = list.size();
-        for (int q : {144, 192, 256})
+        // the pin table's neighbourhood: 144 / 192 / 256 rows up to 256, else M x 7/8, 9/8, 5/4 (16-row steps)
+        std::vector<int> queries = {144, 192, 256};
+        if (M > 256) queries = {(M * 7 / 8 + 15) / 16 * 16, (M * 9 / 8 + 15) / 16 * 16, (M * 5 / 4 + 15) / 16 * 16};
+        for (int q : queries)
             if (q != M) heuristic_candidates(p, q, 6, list);
         const size_t n_heuristic = list.size();
         int checked = 0;
@@ -407,8 +414,8 @@ int main(int argc, char **argv) {
     std::vector<int> rows;
     for (int i = 1; i < argc; ++i) {
         const int m = std::atoi(argv[i]);
-        if (m < 1 || m > 256) {
-            std::fprintf(stderr, "rows must be 1-256, got %s\n", argv[i]);
+        if (m < 1 || m > kMaxRows) {
+            std::fprintf(stderr, "rows must be 1-%d, got %s\n", kMaxRows, argv[i]);
             return 2;
         }
         rows.push_back(m);
