@@ -51,12 +51,19 @@ struct Candidate {
     float screen = 1e30f, confirm = 1e30f;
 };
 
-template <typename T>
-T config_get(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+// One attribute of an algorithm, through `get` (cublasLtMatmulAlgoConfigGetAttribute or ...CapGetAttribute); zero
+// when the query fails.
+template <typename T, typename Get, typename Attr>
+T algo_attr(Get get, const cublasLtMatmulAlgo_t &algo, Attr attr) {
     T v{};
     size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof v, &written);
+    get(&algo, attr, &v, sizeof v, &written);
     return v;
+}
+
+template <typename T>
+T config_get(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    return algo_attr<T>(cublasLtMatmulAlgoConfigGetAttribute, algo, attr);
 }
 
 Config read_config(const cublasLtMatmulAlgo_t &algo) {
@@ -95,10 +102,7 @@ std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAl
 
 template <typename T>
 T cap_get(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAlgoCapAttributes_t attr) {
-    T v{};
-    size_t written = 0;
-    cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof v, &written);
-    return v;
+    return algo_attr<T>(cublasLtMatmulAlgoCapGetAttribute, algo, attr);
 }
 
 struct Problem {
