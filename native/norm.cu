@@ -359,7 +359,7 @@ extern "C" int cs1_add_partials_rms_norm(void *residual, const float *partials, 
     CS1_REQUIRE_ALIGNED(w, 16);
     CS1_REQUIRE_ALIGNED(out, 16);
     const int64_t per_thread = (D / 8 + kRowThreads - 1) / kRowThreads;
-    // the forward's counts (3: down, 4: out / o) load every partial up front
+    // 2-4 splits (the forward uses 3, for the down projection) load every partial up front; others walk a loop
     auto launch = launch_row_kernel<true, kDynamicSplits>;
     if (splits == 2) launch = launch_row_kernel<true, 2>;
     if (splits == 3) launch = launch_row_kernel<true, 3>;
