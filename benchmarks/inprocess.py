@@ -141,6 +141,10 @@ def main(argv=None) -> int:
     p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
     p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
                    help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
+    p.add_argument("--gate-in-prep", default="auto", choices=["auto", "off"],
+                   help="arm A's attention gate sigmoid: auto = in attn_prep, off = in the attention (default auto)")
+    p.add_argument("--gate-in-prep-b", default=None, choices=["auto", "off"],
+                   help="arm B's (default: arm A's); with it alone, arm B runs arm A's library")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -149,8 +153,9 @@ def main(argv=None) -> int:
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
-    if (args.library_b or args.gemm_pins_b or args.down_split_b or args.library_c) and args.backend != "cuda":
-        p.error("--library-b, --library-c, --gemm-pins-b and --down-split-b need the CUDA backend")
+    arm_b = args.library_b or args.gemm_pins_b or args.down_split_b or args.gate_in_prep_b
+    if (arm_b or args.library_c) and args.backend != "cuda":
+        p.error("--library-b, --library-c, --gemm-pins-b, --down-split-b and --gate-in-prep-b need the CUDA backend")
     if args.library_c and not args.library_b:
         p.error("--library-c needs --library-b (arm C is compared with arms A and B)")
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -161,17 +166,17 @@ def main(argv=None) -> int:
         from startlux_native import abi
         from startlux_native.cuda_backend import CudaBackend
         lib_a = abi.load(str(abi.library_path(args.library)))
-        arms_cfg = [(lib_a, args.gemm_pins, args.down_split)]
-        if args.library_b or args.gemm_pins_b or args.down_split_b:
+        arms_cfg = [(lib_a, args.gemm_pins, args.down_split, args.gate_in_prep)]
+        if arm_b:
             arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins,
-                             args.down_split_b or args.down_split))
+                             args.down_split_b or args.down_split, args.gate_in_prep_b or args.gate_in_prep))
         if args.library_c:
-            arms_cfg.append((args.library_c, args.gemm_pins, args.down_split))
-        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins, down_split=ds)
-                    for lib, pins, ds in arms_cfg]
+            arms_cfg.append((args.library_c, args.gemm_pins, args.down_split, args.gate_in_prep))
+        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins, down_split=ds,
+                                gate_in_prep=gate) for lib, pins, ds, gate in arms_cfg]
         for arm, b in zip("ABC", backends, strict=False):
-            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}, down split {b.down_split_state}",
-                  flush=True)
+            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}, down split {b.down_split_state}, "
+                  f"gate sigmoid {b.gate_in_prep_state}", flush=True)
     else:
         from startlux_native.reference import ReferenceBackend
         backends = [ReferenceBackend(ckpt)]

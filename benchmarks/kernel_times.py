@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         inv = f32(up((1.0 / np.power(1e7, np.arange(0, 64, 2) / 64)).astype(np.float32)))
         lib.cs1_gdn_conv(proj, N_GDN, conv_w, i32(pos), conv, T, CONV, s)
         lib.cs1_gdn_gates(ffi.cast("char *", proj) + 2 * (CONV + VDIM), N_GDN, a_log, dt_bias, beta, g, T, HV, s)
-        lib.cs1_attn_prep(proj, N_ATT, qn, kn, i32(pos), inv, q, gate, k, T, HQ, HKV, DH, 64, 1e-6, s)
+        lib.cs1_attn_prep_sigmoid_gate(proj, N_ATT, qn, kn, i32(pos), inv, q, gate, k, T, HQ, HKV, DH, 64, 1e-6, s)
         v = ffi.cast("char *", proj) + 2 * (2 * HQ * DH + HKV * DH)
         rot = {key: 0 for key in weights}
 
@@ -108,10 +108,11 @@ def main(argv=None) -> int:
                                                             HKL, 128 ** -0.5, s)),
             ("gated_rms_norm", 24, lambda: lib.cs1_gated_rms_norm(o, ffi.cast("char *", proj) + 2 * CONV, N_GDN,
                                                                   norm_w, 1, ln, T, HV, 128, 1e-6, s)),
-            ("attn_prep", 8, lambda: lib.cs1_attn_prep(proj, N_ATT, qn, kn, i32(pos), inv, q, gate, k, T, HQ, HKV,
-                                                       DH, 64, 1e-6, s)),
-            ("attention bidir", 8, lambda: lib.cs1_attention_gated_bidirectional(q, k, v, N_ATT, gate, i32(cu), 1, ao,
-                                                                                 T, HQ, HKV, DH, DH ** -0.5, s)),
+            # the forward's forms (CudaBackend gate_in_prep "auto"): the gate's sigmoid in attn_prep
+            ("attn_prep", 8, lambda: lib.cs1_attn_prep_sigmoid_gate(proj, N_ATT, qn, kn, i32(pos), inv, q, gate, k, T,
+                                                                    HQ, HKV, DH, 64, 1e-6, s)),
+            ("attention bidir", 8, lambda: lib.cs1_attention_sigmoid_gated(q, k, v, N_ATT, gate, i32(cu), 1, ao, T, HQ,
+                                                                           HKV, DH, DH ** -0.5, 0, 0, s)),
             ("add_rms_norm", 64, lambda: lib.cs1_add_rms_norm(x, out, nw, act, T, H, 1e-6, s)),
             ("silu_mul", 32, lambda: lib.cs1_silu_mul(proj, N_MLP, act, T, I, s)),
         ]

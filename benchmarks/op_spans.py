@@ -24,7 +24,8 @@ import numpy as np
 FORWARD_OPS = ("cs1_upload_async", "cs1_embed", "cs1_rms_norm", "cs1_gemm", "cs1_gdn_conv_gates", "cs1_gdn_prefill",
                "cs1_gated_rms_norm", "cs1_attn_prep", "cs1_attention_gated_bidirectional", "cs1_attention_gated",
                "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async",
-               "cs1_gemm_split_f32", "cs1_add_partials_rms_norm")
+               "cs1_gemm_split_f32", "cs1_add_partials_rms_norm", "cs1_attn_prep_sigmoid_gate",
+               "cs1_attention_sigmoid_gated")
 
 
 class EventLib:
@@ -48,6 +49,10 @@ class EventLib:
                     label += " after attention"  # o: the same shape as the GDN layers' out projection
             elif name == "cs1_gemm_split_f32":
                 label = f"gemm {args[6]}x{args[7]} split"  # N x K, the down projection's K batches
+            elif name == "cs1_attn_prep_sigmoid_gate":
+                label = "attn_prep"  # the same op with the gate's sigmoid in it: one row for both arms
+            elif name == "cs1_attention_sigmoid_gated":
+                label = "attention_gated" if args[13] else "attention_gated_bidirectional"
             ev = self._torch.cuda.Event(enable_timing=True)
             ev.record(self._stream)
             self.events.append((label, ev))
@@ -87,6 +92,10 @@ def main(argv=None) -> int:
     p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
     p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
                    help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
+    p.add_argument("--gate-in-prep", default="auto", choices=["auto", "off"],
+                   help="arm A's attention gate sigmoid: auto = in attn_prep, off = in the attention (default auto)")
+    p.add_argument("--gate-in-prep-b", default=None, choices=["auto", "off"],
+                   help="arm B's (default: arm A's); with it alone, arm B runs arm A's library")
     p.add_argument("--lengths", default="160")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--seed", type=int, default=1234)
@@ -101,12 +110,13 @@ def main(argv=None) -> int:
 
     lengths = [int(x) for x in args.lengths.split(",")]
     ckpt = load_checkpoint(args.checkpoint)
-    arms = [(args.library, args.down_split)]
-    if args.library_b or args.down_split_b:
-        arms.append((args.library_b or args.library, args.down_split_b or args.down_split))
-    libs = [lib for lib, _ in arms]
+    arms = [(args.library, args.down_split, args.gate_in_prep)]
+    if args.library_b or args.down_split_b or args.gate_in_prep_b:
+        arms.append((args.library_b or args.library, args.down_split_b or args.down_split,
+                     args.gate_in_prep_b or args.gate_in_prep))
+    libs = [lib for lib, _, _ in arms]
     backends = [CudaBackend(ckpt, library=abi.load(str(abi.library_path(lib))), max_tokens=max(lengths), max_rows=1,
-                            graphs=False, down_split=ds) for lib, ds in arms]
+                            graphs=False, down_split=ds, gate_in_prep=gate) for lib, ds, gate in arms]
     streams = [torch.cuda.ExternalStream(int(b.ffi.cast("uintptr_t", b.stream))) for b in backends]
     rng = np.random.default_rng(args.seed)
     result = {"checkpoint": args.checkpoint, "libraries": libs, "repeat": args.repeat, "rows": []}

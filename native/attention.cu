@@ -20,6 +20,7 @@
 
 #include "attention_policy.h"
 #include "cs1.h"
+#include "gate.cuh"
 #include "smem_async.cuh"
 
 namespace {
@@ -47,6 +48,7 @@ struct AttnParams {
     int Hk;
     int group;  // Hq / Hk
     float scale_log2;
+    int gate_is_sigmoid;  // 1: gate already holds bf16(sigmoid(gate)) (cs1_attn_prep_sigmoid_gate)
 };
 
 // ---- small device helpers (local: this file must link next to the other native/*.cu) ---------------------
@@ -90,14 +92,15 @@ __device__ __forceinline__ uint32_t float_to_bf16_bits(float x) {
     return static_cast<uint32_t>(*reinterpret_cast<uint16_t *>(&b));
 }
 
-// bf16(a * bf16(sigmoid(g))) for the two bf16 values packed in each word (a already rounded to bf16)
-__device__ __forceinline__ uint32_t gate_pair(uint32_t a2, uint32_t g2) {
+// bf16(a * bf16(sigmoid(g))) for the two bf16 values packed in each word (a already rounded to bf16); with
+// is_sigmoid, g already is bf16(sigmoid(gate)), so the product is the same
+__device__ __forceinline__ uint32_t gate_pair(uint32_t a2, uint32_t g2, bool is_sigmoid) {
     uint32_t r = 0;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const float a = bf16_bits_to_float((a2 >> (16 * half)) & 0xffffu);
         const float g = bf16_bits_to_float((g2 >> (16 * half)) & 0xffffu);
-        const float sig = bf16_bits_to_float(float_to_bf16_bits(1.0f / (1.0f + expf(-g))));
+        const float sig = is_sigmoid ? g : cs1_gate_sigmoid(g);
         r |= float_to_bf16_bits(a * sig) << (16 * half);
     }
     return r;
@@ -228,10 +231,11 @@ __device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint
         const uint4 gt = sG != nullptr ? *reinterpret_cast<const uint4 *>(sG + i * kHeadDim + lane * 8)
                                        : __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
         uint4 o;
-        o.x = gate_pair(a.x, gt.x);
-        o.y = gate_pair(a.y, gt.y);
-        o.z = gate_pair(a.z, gt.z);
-        o.w = gate_pair(a.w, gt.w);
+        const bool is_sigmoid = p.gate_is_sigmoid != 0;
+        o.x = gate_pair(a.x, gt.x, is_sigmoid);
+        o.y = gate_pair(a.y, gt.y, is_sigmoid);
+        o.z = gate_pair(a.z, gt.z, is_sigmoid);
+        o.w = gate_pair(a.w, gt.w, is_sigmoid);
         *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
     }
 }
@@ -735,7 +739,7 @@ int launch_tile(const AttnParams &p, int64_t slots, cudaStream_t stream) {
 
 AttnParams make_params(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                        const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
-                       float scale) {
+                       float scale, int gate_is_sigmoid) {
     AttnParams p;
     p.q = static_cast<const uint16_t *>(q);
     p.k = static_cast<const uint16_t *>(k);
@@ -750,6 +754,7 @@ AttnParams make_params(const void *q, const void *k, const void *v, int64_t ldv,
     p.Hk = static_cast<int>(Hk);
     p.group = static_cast<int>(Hq / Hk);
     p.scale_log2 = scale * 1.4426950408889634f;
+    p.gate_is_sigmoid = gate_is_sigmoid;
     return p;
 }
 
@@ -764,7 +769,8 @@ constexpr bool wgmma_built() {
 
 int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                          const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
-                         int64_t Dh, float scale, int32_t causal, int32_t tile_rows, void *stream) {
+                         int64_t Dh, float scale, int32_t causal, int32_t tile_rows, int gate_is_sigmoid,
+                         void *stream) {
     if (T < 0 || n_seqs < 0 || (causal != 0 && causal != 1)) return CS1_ERR_SHAPE;
     if (tile_rows != 0 && tile_rows != policy::kNarrowTileRows && tile_rows != policy::kWideTileRows &&
         tile_rows != CS1_ATTENTION_TILE_WGMMA && tile_rows != CS1_ATTENTION_TILE_WGMMA_PAIR)
@@ -800,7 +806,8 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
         const int bytes = wg_smem_bytes(heads);
         status = g_device_cache.ensure_smem(device, wgmma_kernel_id(heads), bytes);
         if (status != 0) return status;
-        const AttnParams p = make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale);
+        const AttnParams p =
+            make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale, gate_is_sigmoid);
         const unsigned blocks = static_cast<unsigned>(slots * Hq / heads);
         cudaStream_t s = static_cast<cudaStream_t>(stream);
         if (heads == 2)
@@ -818,7 +825,8 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     status = g_device_cache.ensure_smem(device, kernel_id(rows, causal != 0), policy::smem_bytes(rows));
     if (status != 0) return status;
 
-    const AttnParams p = make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale);
+    const AttnParams p =
+        make_params(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, scale, gate_is_sigmoid);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (rows == policy::kWideTileRows)
         return causal ? launch_tile<policy::kWideTileRows, true>(p, slots, s)
@@ -834,13 +842,13 @@ extern "C" {
 int cs1_attention_gated(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                         const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq, int64_t Hk,
                         int64_t Dh, float scale, void *stream) {
-    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 1, 0, stream);
+    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 1, 0, 0, stream);
 }
 
 int cs1_attention_gated_bidirectional(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
                                       const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T,
                                       int64_t Hq, int64_t Hk, int64_t Dh, float scale, void *stream) {
-    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 0, 0, stream);
+    return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, 0, 0, 0, stream);
 }
 
 int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64_t ldv, const void *gate,
@@ -848,7 +856,15 @@ int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64
                               int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
                               void *stream) {
     return attention_gated_impl(q, k, v, ldv, gate, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, causal,
-                                tile_rows, stream);
+                                tile_rows, 0, stream);
+}
+
+int cs1_attention_sigmoid_gated(const void *q, const void *k, const void *v, int64_t ldv, const void *gate_sigmoid,
+                                const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
+                                int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
+                                void *stream) {
+    return attention_gated_impl(q, k, v, ldv, gate_sigmoid, cu_seqlens, n_seqs, out, T, Hq, Hk, Dh, scale, causal,
+                                tile_rows, 1, stream);
 }
 
 int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows) {

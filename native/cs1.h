@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 6
+#define CS1_ABI_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -148,6 +148,13 @@ int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *be
 int cs1_attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w,
                   const int32_t *positions, const float *inv_freq, void *q, void *gate, void *k, int64_t T,
                   int64_t Hq, int64_t Hk, int64_t Dh, int64_t rotary_dim, float eps, void *stream);
+/* the same, writing gate as bf16(sigmoid(gate)) (fp32 sigmoid, one rounding), for cs1_attention_sigmoid_gated:
+ * the sigmoid runs here over every (token, head) in parallel instead of in the attention's epilogue; the same
+ * bytes in the end */
+int cs1_attn_prep_sigmoid_gate(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w,
+                               const int32_t *positions, const float *inv_freq, void *q, void *gate, void *k,
+                               int64_t T, int64_t Hq, int64_t Hk, int64_t Dh, int64_t rotary_dim, float eps,
+                               void *stream);
 /* out [T, Hq*Dh] = bf16(bf16(softmax(q k^T * scale) v) * bf16(sigmoid(gate))), GQA (q head h uses kv head
  * h / (Hq/Hk)), Dh = 256, tensor cores, fp32 softmax. Causal: keys of the same prompt up to the query row.
  * Bidirectional: every key of the same prompt. Padding rows get zeros. */
@@ -170,6 +177,12 @@ int cs1_attention_gated_tiled(const void *q, const void *k, const void *v, int64
                               const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
                               int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
                               void *stream);
+/* cs1_attention_gated_tiled with gate_sigmoid = bf16(sigmoid(gate)) already (cs1_attn_prep_sigmoid_gate): out =
+ * bf16(bf16(attn) * gate_sigmoid), the bytes cs1_attention_gated_tiled gives for the raw gate */
+int cs1_attention_sigmoid_gated(const void *q, const void *k, const void *v, int64_t ldv, const void *gate_sigmoid,
+                                const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
+                                int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
+                                void *stream);
 /* the automatic mma.sync tile (64 or 128) for the current device and a window of `rows` query rows (causal calls,
  * and bidirectional ones where the wgmma kernel does not run) */
 int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows);

@@ -1,5 +1,6 @@
 // elementwise.cu: SwiGLU activation (qwen3_5-model.md §4.3) and the attention input preparation (§5 steps 1-4).
 #include "common.cuh"
+#include "gate.cuh"
 
 namespace {
 
@@ -45,7 +46,7 @@ __global__ void attn_prep_kernel(const bf16 *__restrict__ qkv, int64_t ld, const
                                  const bf16 *__restrict__ k_norm_w, const int32_t *__restrict__ positions,
                                  const float *__restrict__ inv_freq, bf16 *__restrict__ q, bf16 *__restrict__ gate,
                                  bf16 *__restrict__ k, int64_t T, int64_t Hq, int64_t Hk, int Dh, int rotary_dim,
-                                 float eps) {
+                                 float eps, bool sigmoid_gate) {
     __shared__ float scratch[32];
     extern __shared__ float normed[];  // [Dh], bf16-rounded values
     const int i = threadIdx.x;
@@ -57,7 +58,8 @@ __global__ void attn_prep_kernel(const bf16 *__restrict__ qkv, int64_t ld, const
         const bf16 *row = qkv + t * ld;
         const bf16 *src = is_q ? row + h * 2 * Dh : row + Hq * 2 * Dh + (h - Hq) * Dh;
         const float v = bf2f(src[i]);
-        if (is_q) gate[t * Hq * Dh + h * Dh + i] = src[Dh + i];
+        if (is_q)
+            gate[t * Hq * Dh + h * Dh + i] = sigmoid_gate ? f2bf(cs1_gate_sigmoid(bf2f(src[Dh + i]))) : src[Dh + i];
         const float inv = rsqrtf(block_sum(v * v, scratch) / (float)Dh + eps);
         const float w = bf2f(is_q ? q_norm_w[i] : k_norm_w[i]);
         const float n = round_bf(v * inv * (1.0f + w));
@@ -93,7 +95,8 @@ __global__ void __launch_bounds__(256)
     attn_prep_warp_kernel(const bf16 *__restrict__ qkv, int64_t ld, const bf16 *__restrict__ q_norm_w,
                           const bf16 *__restrict__ k_norm_w, const int32_t *__restrict__ positions,
                           const float *__restrict__ inv_freq, bf16 *__restrict__ q, bf16 *__restrict__ gate,
-                          bf16 *__restrict__ k, int64_t T, int64_t Hq, int64_t Hk, int rotary_dim, float eps) {
+                          bf16 *__restrict__ k, int64_t T, int64_t Hq, int64_t Hk, int rotary_dim, float eps,
+                          bool sigmoid_gate) {
     using Vec = BfVec<kPer>;
     constexpr int Dh = 32 * kPer;
     const int lane = threadIdx.x & 31;
@@ -110,8 +113,14 @@ __global__ void __launch_bounds__(256)
         const bf16 *row = qkv + t * ld;
         const bf16 *src = is_q ? row + h * 2 * Dh : row + Hq * 2 * Dh + (h - Hq) * Dh;
         const Vec xv = reinterpret_cast<const Vec *>(src)[lane];
-        if (is_q)
-            reinterpret_cast<Vec *>(gate + (t * Hq + h) * Dh)[lane] = reinterpret_cast<const Vec *>(src + Dh)[lane];
+        if (is_q) {
+            Vec gv = reinterpret_cast<const Vec *>(src + Dh)[lane];
+            if (sigmoid_gate) {
+#pragma unroll
+                for (int e = 0; e < kPer; ++e) gv.v[e] = f2bf(cs1_gate_sigmoid(bf2f(gv.v[e])));
+            }
+            reinterpret_cast<Vec *>(gate + (t * Hq + h) * Dh)[lane] = gv;
+        }
         float cf = 0.0f, sf = 0.0f;  // bf16-rounded cos/sin of frequency `lane`
         if (lane < half) {
             const float phi = (float)positions[t] * inv_freq[lane];
@@ -167,9 +176,11 @@ extern "C" int cs1_silu_mul(const void *gate_up, int64_t ld, void *out, int64_t 
     CS1_LAUNCHED();
 }
 
-extern "C" int cs1_attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w,
-                             const int32_t *positions, const float *inv_freq, void *q, void *gate, void *k, int64_t T,
-                             int64_t Hq, int64_t Hk, int64_t Dh, int64_t rotary_dim, float eps, void *stream) {
+namespace {
+
+int attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w, const int32_t *positions,
+              const float *inv_freq, void *q, void *gate, void *k, int64_t T, int64_t Hq, int64_t Hk, int64_t Dh,
+              int64_t rotary_dim, float eps, bool sigmoid_gate, void *stream) {
     CS1_REQUIRE_SHAPE(T >= 0 && Hq >= 0 && Hk >= 0);
     if (T == 0 || (Hq == 0 && Hk == 0)) return 0;
     CS1_REQUIRE(qkv && q_norm_w && k_norm_w && positions && q && gate && k, CS1_ERR_NULL);
@@ -200,13 +211,30 @@ extern "C" int cs1_attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, 
         const unsigned grid = cs1_grid((T * (Hq + Hk) + warps - 1) / warps);
         if (Dh == 256)
             attn_prep_warp_kernel<8><<<grid, 32 * warps, 0, s>>>(x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq,
-                                                                 Hk, (int)rotary_dim, eps);
+                                                                 Hk, (int)rotary_dim, eps, sigmoid_gate);
         else
             attn_prep_warp_kernel<4><<<grid, 32 * warps, 0, s>>>(x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq,
-                                                                 Hk, (int)rotary_dim, eps);
+                                                                 Hk, (int)rotary_dim, eps, sigmoid_gate);
     } else {
         attn_prep_kernel<<<cs1_grid(T * (Hq + Hk)), (unsigned)Dh, Dh * sizeof(float), s>>>(
-            x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq, Hk, (int)Dh, (int)rotary_dim, eps);
+            x, ld, qw, kw, positions, inv_freq, qo, go, ko, T, Hq, Hk, (int)Dh, (int)rotary_dim, eps, sigmoid_gate);
     }
     CS1_LAUNCHED();
+}
+
+}  // namespace
+
+extern "C" int cs1_attn_prep(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w,
+                             const int32_t *positions, const float *inv_freq, void *q, void *gate, void *k, int64_t T,
+                             int64_t Hq, int64_t Hk, int64_t Dh, int64_t rotary_dim, float eps, void *stream) {
+    return attn_prep(qkv, ld, q_norm_w, k_norm_w, positions, inv_freq, q, gate, k, T, Hq, Hk, Dh, rotary_dim, eps,
+                     false, stream);
+}
+
+extern "C" int cs1_attn_prep_sigmoid_gate(const void *qkv, int64_t ld, const void *q_norm_w, const void *k_norm_w,
+                                          const int32_t *positions, const float *inv_freq, void *q, void *gate,
+                                          void *k, int64_t T, int64_t Hq, int64_t Hk, int64_t Dh, int64_t rotary_dim,
+                                          float eps, void *stream) {
+    return attn_prep(qkv, ld, q_norm_w, k_norm_w, positions, inv_freq, q, gate, k, T, Hq, Hk, Dh, rotary_dim, eps,
+                     true, stream);
 }

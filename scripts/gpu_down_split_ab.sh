@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Lever 51 (LEVERS) in one H200 call: the down projection's K split on and off in ONE build (the setting is the only
-# difference).
-#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [STEPS="tests memcheck ops inab inba http"] [INPROCESS_LENGTHS=...]
-#   [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
+# A forward setting off and on in ONE H200 build (the setting is the only difference): SETTING=down-split (lever 51,
+# the default: the down projection's K split) or gate-in-prep (lever 58: the attention gate's sigmoid in attn_prep).
+#   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [SETTING=down-split] [STEPS="tests memcheck ops inab inba http"]
+#   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
 # Steps:
-#   tests     pytest: test_gemm's and test_norm's split / partials tests, test_model's split, graph and 4B numpy
-#             reference tests (the 4B at 100 tokens runs the split)
+#   tests     pytest, per setting: down-split: test_gemm's and test_norm's split / partials tests, test_model's
+#             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
+#             test_attention, test_elementwise, test_model's graph and 4B numpy reference tests
+#   (http: down-split only; the server has no gate-in-prep option)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
 #   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
 #   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
@@ -20,6 +22,14 @@ W=$(mktemp -d)/split_ab
 mkdir -p "$W" "$FINAL"
 . scripts/device_env.sh "$W"
 STEPS=" ${STEPS:-tests memcheck ops inab inba} "
+SETTING=${SETTING:-down-split}
+case $SETTING in
+  down-split) TESTS=(tests/gpu/test_gemm.py tests/gpu/test_norm.py tests/gpu/test_model.py -k
+                     "split or partials or graph or numpy_reference") ;;
+  gate-in-prep) TESTS=(tests/gpu/test_attention.py tests/gpu/test_elementwise.py tests/gpu/test_model.py -k
+                       "not test_model or graph or numpy_reference") ;;
+  *) echo "SETTING must be down-split or gate-in-prep" >&2; exit 2 ;;
+esac
 step() { [[ $STEPS == *" $1 "* ]]; }
 CKPT=${CKPT:-/tmp/bench4b}
 S=$FINAL/summary.txt
@@ -27,7 +37,7 @@ T0=$SECONDS
 say() { printf '%4ss  %s\n' $((SECONDS - T0)) "$*" | tee -a "$S"; }
 finish() { tar cJf "$FINAL/logs.tar.xz" -C "$W/.." split_ab; }
 trap finish EXIT
-{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
+{ date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}, setting $SETTING"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
 ./build.sh target 90 >"$W/build.log" 2>&1
@@ -35,8 +45,7 @@ say "build: $(tail -n1 "$W/build.log")"
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1 &
 CK=$!
 if step tests; then
-  timeout 420 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gemm.py tests/gpu/test_norm.py \
-    tests/gpu/test_model.py -k "split or partials or graph or numpy_reference" >"$W/tests.log" 2>&1
+  timeout 420 python3 -m pytest -q -rs -p no:cacheprovider "${TESTS[@]}" >"$W/tests.log" 2>&1
   say "tests rc=$?: $(tail -n1 "$W/tests.log")"
 fi
 if step memcheck; then
@@ -47,7 +56,7 @@ if step memcheck; then
 fi
 wait $CK
 if step ops; then
-  timeout 240 python3 -m benchmarks.op_spans "$CKPT" --down-split off --down-split-b auto \
+  timeout 240 python3 -m benchmarks.op_spans "$CKPT" "--$SETTING" off "--$SETTING-b" auto \
     --lengths "${OPS_LENGTHS:-128,160}" --repeat 30 --output "$FINAL/op_spans.json" >"$W/op_spans.log" 2>&1
   say "op_spans (A = off, B = auto) rc=$?"
   grep -E "T=|  [a-z]" "$W/op_spans.log" | tee -a "$S"
@@ -66,13 +75,13 @@ rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r.get("arm") == "B"]
 print("  max |dlogit| B vs A: " + ", ".join(f"{r['tokens']} {r['max_abs_dlogit_vs_a']:.3e}" for r in rows))
 PY
 }
-step inab && inab_run ab "A = off, B = auto" --down-split off --down-split-b auto
-step inba && inab_run ba "A = auto, B = off" --down-split auto --down-split-b off
+step inab && inab_run ab "A = off, B = auto" "--$SETTING" off "--$SETTING-b" auto
+step inba && inab_run ba "A = auto, B = off" "--$SETTING" auto "--$SETTING-b" off
 if step inab && step inba; then
   python3 -m benchmarks.load_order "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" --label "on - off" \
     | tee -a "$S"
 fi
-if step http; then
+if step http && [ "$SETTING" = down-split ]; then
   ARMS="A B C" ENV_A="CS1_DOWN_SPLIT=off" ENV_B="CS1_DOWN_SPLIT=auto" ENV_C="CS1_DOWN_SPLIT=off" \
     ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
   say "http rc=$?"

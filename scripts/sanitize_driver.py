@@ -46,6 +46,11 @@ for T in [int(a) for a in sys.argv[1:]]:
         for tile in (64, 128):
             lib.cs1_attention_gated_tiled(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, causal, tile,
                                           stream)
+    # the gate's sigmoid in attn_prep, then the attention that takes it (automatic kernel, causal and not)
+    lib.cs1_attn_prep_sigmoid_gate(qkv, ld_a, up(rb(Dh, scale=0.1)), up(rb(Dh, scale=0.1)), d_pos,
+                                   f32(up(inv.astype(np.float32))), q, gate, k, T, Hq, Hk, Dh, 64, 1e-6, stream)
+    for causal in (0, 1):
+        lib.cs1_attention_sigmoid_gated(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, causal, 0, stream)
     conv_dim, ld_g = 2 * HK * 128 + H * 128, 12352
     proj = up(rb(T, ld_g))
     conv = empty(T * conv_dim * 2)

@@ -110,12 +110,16 @@ class CudaBackend:
     raw, f32, letter_rows). `library` is an abi.Library, a path, or None ($CS1_LIBRARY / target/). `gemm_pins` is
     "auto" (the shipped GEMM pin table measured on this kind of GPU, if any), "off", or a table's path
     (startlux_native.gemm_pins). `down_split` is "auto" (the down projection as DOWN_SPLITS batches of K up to
-    DOWN_SPLIT_MAX_ROWS padded rows, when the intermediate size allows it) or "off"."""
+    DOWN_SPLIT_MAX_ROWS padded rows, when the intermediate size allows it) or "off". `gate_in_prep` is "auto" (the
+    attention's output gate goes through its sigmoid in attn_prep, cs1_attn_prep_sigmoid_gate, and the attention
+    multiplies by it, cs1_attention_sigmoid_gated) or "off" (the attention's epilogue applies the sigmoid); both
+    give the same bytes."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
-                 max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto"):
+                 max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
+                 gate_in_prep: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -138,6 +142,10 @@ class CudaBackend:
         self.down_split_state = (f"{self.down_splits} batches of K up to {DOWN_SPLIT_MAX_ROWS} rows"
                                  if self.down_splits else
                                  "off (option)" if down_split == "off" else "off (intermediate size does not split)")
+        if gate_in_prep not in ("auto", "off"):
+            raise ValueError(f"gate_in_prep must be 'auto' or 'off', not {gate_in_prep!r}")
+        self.gate_in_prep = gate_in_prep == "auto"
+        self.gate_in_prep_state = "in attn_prep" if self.gate_in_prep else "in the attention epilogue (option)"
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -390,11 +398,18 @@ class CudaBackend:
                 proj, ld = b["proj"], self.n_attn
                 width = self.hq * self.dh
                 L.cs1_gemm(g, b["x"], h, m.w_qkv, proj, ld, T, self.n_attn, h, s)
-                L.cs1_attn_prep(proj, ld, m.q_norm, m.k_norm, positions, ffi.cast("float *", self.inv_freq), b["q"],
-                                b["gate"], b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
+                prep = L.cs1_attn_prep_sigmoid_gate if self.gate_in_prep else L.cs1_attn_prep
+                prep(proj, ld, m.q_norm, m.k_norm, positions, ffi.cast("float *", self.inv_freq), b["q"], b["gate"],
+                     b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
                 v = proj + BF16 * (2 * width + self.hkv * self.dh)
-                attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh,
-                          1.0 / math.sqrt(self.dh), s)
+                scale = 1.0 / math.sqrt(self.dh)
+                if self.gate_in_prep:
+                    L.cs1_attention_sigmoid_gated(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq,
+                                                  self.hkv, self.dh, scale, int(self.attention_mode != "bidirectional"),
+                                                  0, s)
+                else:
+                    attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh, scale,
+                              s)
                 L.cs1_gemm(g, b["ao"], width, m.w_o, b["delta"], h, T, h, width, s)
             L.cs1_add_rms_norm(b["res"], b["delta"], layer.post_norm, b["x"], T, h, eps, s)
             inter = cfg.intermediate_size
@@ -548,6 +563,7 @@ class CudaBackend:
             "graph_replays": self.graph_replays,
             "gemm_pins": self.gemm_pins_state,
             "down_split": self.down_split_state,
+            "gate_sigmoid": self.gate_in_prep_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

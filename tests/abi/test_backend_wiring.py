@@ -49,6 +49,9 @@ class FakeLibrary(abi.Library):
         self._int_functions = set()
         self._wrappers = {}
         self.split_calls = 0  # cs1_gemm_split_f32 calls: the rows alone (<= 256 padded rows) take the split path
+        self.prep_calls = 0  # cs1_attn_prep and cs1_attn_prep_sigmoid_gate calls
+        self.sigmoid_gated_calls = 0  # cs1_attention_sigmoid_gated calls
+        self._sigmoid_gate = False
 
     def build_info(self) -> str:
         return "numpy fake"
@@ -254,11 +257,19 @@ class FakeLibrary(abi.Library):
             return nrm
 
         self.put(q, prep(qg[:, :, :Dh], qw), T, Hq * Dh)
-        self.put(gate, qg[:, :, Dh:], T, Hq * Dh)
+        self.put(gate, rb(1.0 / (1.0 + np.exp(-qg[:, :, Dh:]))) if self._sigmoid_gate else qg[:, :, Dh:], T, Hq * Dh)
         self.put(k, prep(kk, kw), T, Hk * Dh)
+        self.prep_calls += 1
         return 0
 
-    def _attention(self, q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, s, *, causal):
+    def cs1_attn_prep_sigmoid_gate(self, *args):
+        self._sigmoid_gate = True
+        try:
+            return self.cs1_attn_prep(*args)
+        finally:
+            self._sigmoid_gate = False
+
+    def _attention(self, q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, s, *, causal, gate_is_sigmoid=False):
         cuv = self.view(cu, np.int32, n + 1)
         qv = self.bf(q, T, Hq * Dh).reshape(T, Hq, Dh)
         kv = self.bf(k, T, Hk * Dh).reshape(T, Hk, Dh)
@@ -268,7 +279,7 @@ class FakeLibrary(abi.Library):
         for i in range(n):
             a, e = int(cuv[i]), int(cuv[i + 1])
             att = attention(qv[a:e], kv[a:e], vv[a:e], causal=causal, scale=scale).reshape(e - a, Hq * Dh)
-            o[a:e] = rb(att) * rb(1.0 / (1.0 + np.exp(-gv[a:e])))
+            o[a:e] = rb(att) * (gv[a:e] if gate_is_sigmoid else rb(1.0 / (1.0 + np.exp(-gv[a:e]))))
         self.put(out, o, T, Hq * Dh)
         return 0
 
@@ -277,6 +288,12 @@ class FakeLibrary(abi.Library):
 
     def cs1_attention_gated_bidirectional(self, *args):
         return self._attention(*args, causal=False)
+
+    def cs1_attention_sigmoid_gated(self, q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, causal, tile_rows, s):
+        assert tile_rows == 0, "the forward leaves the kernel choice to the library"
+        self.sigmoid_gated_calls += 1
+        return self._attention(q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, s, causal=bool(causal),
+                               gate_is_sigmoid=True)
 
     def cs1_silu_mul(self, gu, ld, out, T, I, s):
         x = self.bf(gu, T, 2 * I, ld)
@@ -307,15 +324,18 @@ def probs(z):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
-def test_backend_wiring_matches_reference(tiny_folder, mode):
+def test_backend_wiring_matches_reference(tiny_folder, mode, gate_in_prep):
     ck = load_checkpoint(tiny_folder, attention_mode=mode, require_tokenizer=False)
     rng = np.random.default_rng(11)
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
-    with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False) as be:
+    with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
+        # the gate's sigmoid in attn_prep (auto) or in the attention's epilogue (off), never both or neither
+        assert lib.sigmoid_gated_calls == (lib.prep_calls if gate_in_prep == "auto" else 0) and lib.prep_calls > 0
         single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
         assert lib.split_calls > 0
         print(be.describe())

@@ -5,7 +5,8 @@ Tolerance (bf16 inputs, fp32 softmax, P and the output rounded to bf16): max|dif
 compared rows. The 64-row and 128-row tiles must agree byte for byte, and packed prompts must equal separate calls.
 The sm_90 warpgroup-MMA kernel (tile_rows CS1_ATTENTION_TILE_WGMMA, bidirectional) has the same tolerance and the
 same packing rule, and its two-head block (CS1_ATTENTION_TILE_WGMMA_PAIR) must give its bytes; those tests skip,
-with the reason, where it cannot run.
+with the reason, where it cannot run. The gate's sigmoid taken in attn_prep (cs1_attn_prep_sigmoid_gate +
+cs1_attention_sigmoid_gated) must give the bytes of the sigmoid taken in the attention, on every kernel.
 """
 
 from __future__ import annotations
@@ -276,6 +277,50 @@ def test_wgmma_pair_block_is_byte_identical_to_one_head_blocks(gpu, rng, layout)
     print(f"{layout}: {len(diff)} rows differ between the one-head and the two-head wgmma blocks")
     assert len(diff) == 0, f"rows {diff[:10]} differ"
     assert np.array_equal(attention_on_device(gpu, case, causal=False, tile_rows=0), pair), "auto is not the pair"
+
+
+def gates_from_prep(gpu, case: Case, sigmoid: bool):
+    """The gate columns of case.proj (the fused projection rows attn_prep reads) through cs1_attn_prep, or through
+    cs1_attn_prep_sigmoid_gate (bf16(sigmoid(gate))); returns the device buffer."""
+    T, ffi = case.T, gpu.ffi
+    rot = 64
+    w = gpu.upload(bf16.to_bits(np.full(DH, 0.05, np.float32)))
+    positions = gpu.upload(np.arange(T, dtype=np.int32))
+    inv_freq = gpu.upload((1.0 / np.power(1e7, np.arange(0, rot, 2) / rot)).astype(np.float32))
+    q, gate, k = gpu.empty(T * HQ * DH * 2), gpu.empty(T * HQ * DH * 2), gpu.empty(T * HK * DH * 2)
+    prep = gpu.lib.cs1_attn_prep_sigmoid_gate if sigmoid else gpu.lib.cs1_attn_prep
+    prep(gpu.upload(case.proj).ptr, LDV, w.ptr, w.ptr, ffi.cast("int32_t *", positions.ptr),
+         ffi.cast("float *", inv_freq.ptr), q.ptr, gate.ptr, k.ptr, T, HQ, HK, DH, rot, 1e-6, gpu.stream)
+    gpu.sync()
+    return gate
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tile_rows", [0, 64, 128, WGMMA, PAIR])
+def test_sigmoid_gated_gives_the_raw_gate_bytes(gpu, rng, tile_rows, causal):
+    """The gate's sigmoid taken in attn_prep (cs1_attn_prep_sigmoid_gate, then cs1_attention_sigmoid_gated) or in
+    the attention's epilogue (cs1_attn_prep, then cs1_attention_gated_tiled): the same bytes, on every kernel."""
+    if tile_rows in (WGMMA, PAIR):
+        if causal:
+            pytest.skip("the wgmma kernel is bidirectional only (its causal refusal: test_wgmma_refuses_causal)")
+        wgmma_or_skip(gpu)
+    case = make_case(rng, [5, 160, 64, 700], 11)
+    T, n = case.T, 4
+    raw, sig = gates_from_prep(gpu, case, False), gates_from_prep(gpu, case, True)
+    want_raw = case.proj[:, :2 * HQ * DH].reshape(T, HQ, 2 * DH)[:, :, DH:].reshape(T, HQ * DH)
+    assert np.array_equal(gpu.download(raw, np.uint16, (T, HQ * DH)), want_raw), "attn_prep's gate is not a copy"
+    q, k, proj, cu = gpu.upload(case.q), gpu.upload(case.k), gpu.upload(case.proj), gpu.upload(case.cu_seqlens)
+    outs = []
+    for gate, fn in ((raw, gpu.lib.cs1_attention_gated_tiled), (sig, gpu.lib.cs1_attention_sigmoid_gated)):
+        out = gpu.empty(T * HQ * DH * 2)  # poisoned
+        fn(q.ptr, k.ptr, proj.at(V_OFFSET * 2), LDV, gate.ptr, cu.ptr, n, out.ptr, T, HQ, HK, DH, SCALE, int(causal),
+           tile_rows, gpu.stream)
+        gpu.sync()
+        outs.append(gpu.download(out, np.uint16, (T, HQ * DH)))
+    assert np.isfinite(bf16.from_bits(outs[1])).all()
+    diff = np.nonzero((outs[0] != outs[1]).any(axis=1))[0]
+    print(f"tile {tile_rows} causal {causal}: {len(diff)} rows differ between the two gate forms")
+    assert len(diff) == 0, f"rows {diff[:10]} differ"
 
 
 def test_wgmma_pair_needs_an_even_group(gpu, rng):

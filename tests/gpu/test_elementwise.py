@@ -1,7 +1,9 @@
 """cs1_silu_mul and cs1_attn_prep against float64 numpy references with transformers' bf16 rounding points.
 
 Tolerances: silu_mul within 1 bf16 ulp (2 ulp where the reference's rounded silu sits within 1e-5 of a tie), the
-packed 16-byte path bit-identical to the scalar path. attn_prep: the gate copy is exact; >= 99.9 % of q/k values
+packed 16-byte path bit-identical to the scalar path. attn_prep: the gate copy is exact (cs1_attn_prep_sigmoid_gate:
+its q and k bit-identical to cs1_attn_prep's, its gate within 1 bf16 ulp of bf16(sigmoid) in float32 numpy, >= 99.99 %
+bit-exact: CUDA's expf and numpy's exp may differ in the last fp32 bit); >= 99.9 % of q/k values
 are bit-exact and every value is within 2 ulp of its scale (the larger of the two rounded products for a rotated dim,
 because the bf16 sum can cancel): the kernel's fp32 norm or cosf may round a near-tie the other way, which moves a
 product by 1 ulp.
@@ -148,6 +150,20 @@ def check_attn_prep(gpu, rng, T, Hq, Hk, Dh, rot, ld, qkv_offset=0):
     want_gate = qkv[:, :2 * Hq * Dh].reshape(T, Hq, 2 * Dh)[:, :, Dh:].reshape(T, Hq * Dh)
     assert (got_gate == want_gate).all(), "gate is a plain per-head copy"
     label = f"attn_prep T={T} Hq={Hq} Hk={Hk} Dh={Dh} rot={rot} ld={ld} offset={qkv_offset}"
+    # the sigmoid form on the same inputs: q and k the same bits, the gate bf16(sigmoid(gate))
+    q2, gate2, k2 = gpu.empty(T * Hq * Dh * 2), gpu.empty(T * Hq * Dh * 2), gpu.empty(T * Hk * Dh * 2)
+    gpu.lib.cs1_attn_prep_sigmoid_gate(d_qkv.at(2 * qkv_offset), ld, gpu.upload(qw).ptr, gpu.upload(kw).ptr,
+                                       ffi.cast("int32_t *", gpu.upload(positions).ptr),
+                                       ffi.cast("float *", d_freq.ptr), q2.ptr, gate2.ptr, k2.ptr, T, Hq, Hk, Dh, rot,
+                                       EPS, gpu.stream)
+    assert np.array_equal(gpu.download(q2, np.uint16, (T, Hq, Dh)), gpu.download(q, np.uint16, (T, Hq, Dh)))
+    assert np.array_equal(gpu.download(k2, np.uint16, (T, Hk, Dh)), gpu.download(k, np.uint16, (T, Hk, Dh)))
+    got_sig = gpu.download(gate2, np.uint16, (T, Hq * Dh))
+    g32 = bf16.from_bits(want_gate).astype(np.float32)
+    want_sig = bf16.to_bits(np.float32(1.0) / (np.float32(1.0) + np.exp(-g32)))
+    off = np.abs(got_sig.astype(np.int32) - want_sig.astype(np.int32))  # same sign: bits differ as ulps
+    print(f"{label} sigmoid gate: {(off > 0).sum()} of {off.size} values off by {off.max()} ulp at most")
+    assert off.max() <= 1 and (off > 0).sum() <= max(2, 1e-4 * off.size)
     for name, got, ref, scale in (("q", got_q, rq, q_scale), ("k", got_k, rk, k_scale)):
         assert np.isfinite(got).all()
         e = np.abs(got - ref) / bf16.ulp(scale)
