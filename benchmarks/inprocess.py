@@ -120,6 +120,32 @@ def paired_deltas(times: list[list[float]]) -> list[dict]:
     return out
 
 
+# CudaBackend's auto / off settings, each with an arm B twin: (flag, keyword, what it does when on)
+BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batches"),
+                    ("gate-in-prep", "gate_in_prep", "the attention gate's sigmoid in attn_prep (off: the attention)"),
+                    ("tail-rows", "tail_rows", "the last layer's tail on the read-out rows only (off: every row)"))
+
+
+def add_setting_flags(p: argparse.ArgumentParser) -> None:
+    for flag, _, what in BACKEND_SETTINGS:
+        p.add_argument(f"--{flag}", default="auto", choices=["auto", "off"], help=f"arm A's {what} (default auto)")
+        p.add_argument(f"--{flag}-b", default=None, choices=["auto", "off"],
+                       help="arm B's (default: arm A's); with it alone, arm B runs arm A's library")
+
+
+def setting_kwargs(args, arm_b: bool = False) -> dict:
+    """CudaBackend keywords of arm A, or of arm B (its -b flags where given, else arm A's)."""
+    return {kw: (getattr(args, kw + "_b") if arm_b else None) or getattr(args, kw) for _, kw, _ in BACKEND_SETTINGS}
+
+
+def settings_of_b(args) -> bool:
+    return any(getattr(args, kw + "_b") for _, kw, _ in BACKEND_SETTINGS)
+
+
+def describe_settings(b) -> str:
+    return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}")
+
+
 def summary(times: list[float]) -> dict:
     s = sorted(times)
     return {"p50_ms": statistics.median(s), "min_ms": s[0], "p95_ms": s[max(0, -(-len(s) * 95 // 100) - 1)]}
@@ -138,13 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-pins", default="auto", help="arm A's GEMM pin table: auto, off or a path (default auto)")
     p.add_argument("--gemm-pins-b", default=None,
                    help="arm B's GEMM pin table (default: arm A's); with it alone, arm B runs arm A's library")
-    p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
-    p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
-                   help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
-    p.add_argument("--gate-in-prep", default="auto", choices=["auto", "off"],
-                   help="arm A's attention gate sigmoid: auto = in attn_prep, off = in the attention (default auto)")
-    p.add_argument("--gate-in-prep-b", default=None, choices=["auto", "off"],
-                   help="arm B's (default: arm A's); with it alone, arm B runs arm A's library")
+    add_setting_flags(p)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -153,9 +173,9 @@ def main(argv=None) -> int:
     p.add_argument("--output", default=None, help="write the table as JSON here")
     args = p.parse_args(argv)
 
-    arm_b = args.library_b or args.gemm_pins_b or args.down_split_b or args.gate_in_prep_b
+    arm_b = args.library_b or args.gemm_pins_b or settings_of_b(args)
     if (arm_b or args.library_c) and args.backend != "cuda":
-        p.error("--library-b, --library-c, --gemm-pins-b, --down-split-b and --gate-in-prep-b need the CUDA backend")
+        p.error("--library-b, --library-c, --gemm-pins-b and the settings' -b flags need the CUDA backend")
     if args.library_c and not args.library_b:
         p.error("--library-c needs --library-b (arm C is compared with arms A and B)")
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -166,17 +186,15 @@ def main(argv=None) -> int:
         from startlux_native import abi
         from startlux_native.cuda_backend import CudaBackend
         lib_a = abi.load(str(abi.library_path(args.library)))
-        arms_cfg = [(lib_a, args.gemm_pins, args.down_split, args.gate_in_prep)]
+        arms_cfg = [(lib_a, args.gemm_pins, setting_kwargs(args))]
         if arm_b:
-            arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins,
-                             args.down_split_b or args.down_split, args.gate_in_prep_b or args.gate_in_prep))
+            arms_cfg.append((args.library_b or lib_a, args.gemm_pins_b or args.gemm_pins, setting_kwargs(args, True)))
         if args.library_c:
-            arms_cfg.append((args.library_c, args.gemm_pins, args.down_split, args.gate_in_prep))
-        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins, down_split=ds,
-                                gate_in_prep=gate) for lib, pins, ds, gate in arms_cfg]
+            arms_cfg.append((args.library_c, args.gemm_pins, setting_kwargs(args)))
+        backends = [CudaBackend(ckpt, library=lib, max_tokens=max(lengths), max_rows=4, gemm_pins=pins, **kw)
+                    for lib, pins, kw in arms_cfg]
         for arm, b in zip("ABC", backends, strict=False):
-            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}, down split {b.down_split_state}, "
-                  f"gate sigmoid {b.gate_in_prep_state}", flush=True)
+            print(f"arm {arm}: {b.lib.path}, GEMM pins {b.gemm_pins_state}, {describe_settings(b)}", flush=True)
     else:
         from startlux_native.reference import ReferenceBackend
         backends = [ReferenceBackend(ckpt)]

@@ -21,11 +21,13 @@ import statistics
 
 import numpy as np
 
+from benchmarks.inprocess import add_setting_flags, setting_kwargs, settings_of_b
+
 FORWARD_OPS = ("cs1_upload_async", "cs1_embed", "cs1_rms_norm", "cs1_gemm", "cs1_gdn_conv_gates", "cs1_gdn_prefill",
                "cs1_gated_rms_norm", "cs1_attn_prep", "cs1_attention_gated_bidirectional", "cs1_attention_gated",
                "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async",
                "cs1_gemm_split_f32", "cs1_add_partials_rms_norm", "cs1_attn_prep_sigmoid_gate",
-               "cs1_attention_sigmoid_gated")
+               "cs1_attention_sigmoid_gated", "cs1_gather_rows")
 
 
 class EventLib:
@@ -47,6 +49,8 @@ class EventLib:
                 label = f"gemm {args[7]}x{args[8]}"  # N x K
                 if self.events and self.events[-1][0].startswith("attention"):
                     label += " after attention"  # o: the same shape as the GDN layers' out projection
+                if any(lbl == "gather_rows" for lbl, _ in self.events):
+                    label += " tail"  # the last layer's tail on the read-out rows
             elif name == "cs1_gemm_split_f32":
                 label = f"gemm {args[6]}x{args[7]} split"  # N x K, the down projection's K batches
             elif name == "cs1_attn_prep_sigmoid_gate":
@@ -89,13 +93,7 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("--library", default=None)
     p.add_argument("--library-b", default=None)
-    p.add_argument("--down-split", default="auto", choices=["auto", "off"], help="arm A's down split (default auto)")
-    p.add_argument("--down-split-b", default=None, choices=["auto", "off"],
-                   help="arm B's down split (default: arm A's); with it alone, arm B runs arm A's library")
-    p.add_argument("--gate-in-prep", default="auto", choices=["auto", "off"],
-                   help="arm A's attention gate sigmoid: auto = in attn_prep, off = in the attention (default auto)")
-    p.add_argument("--gate-in-prep-b", default=None, choices=["auto", "off"],
-                   help="arm B's (default: arm A's); with it alone, arm B runs arm A's library")
+    add_setting_flags(p)
     p.add_argument("--lengths", default="160")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--seed", type=int, default=1234)
@@ -110,13 +108,12 @@ def main(argv=None) -> int:
 
     lengths = [int(x) for x in args.lengths.split(",")]
     ckpt = load_checkpoint(args.checkpoint)
-    arms = [(args.library, args.down_split, args.gate_in_prep)]
-    if args.library_b or args.down_split_b or args.gate_in_prep_b:
-        arms.append((args.library_b or args.library, args.down_split_b or args.down_split,
-                     args.gate_in_prep_b or args.gate_in_prep))
-    libs = [lib for lib, _, _ in arms]
+    arms = [(args.library, setting_kwargs(args))]
+    if args.library_b or settings_of_b(args):
+        arms.append((args.library_b or args.library, setting_kwargs(args, True)))
+    libs = [lib for lib, _ in arms]
     backends = [CudaBackend(ckpt, library=abi.load(str(abi.library_path(lib))), max_tokens=max(lengths), max_rows=1,
-                            graphs=False, down_split=ds, gate_in_prep=gate) for lib, ds, gate in arms]
+                            graphs=False, **kw) for lib, kw in arms]
     streams = [torch.cuda.ExternalStream(int(b.ffi.cast("uintptr_t", b.stream))) for b in backends]
     rng = np.random.default_rng(args.seed)
     result = {"checkpoint": args.checkpoint, "libraries": libs, "repeat": args.repeat, "rows": []}

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 7
+#define CS1_ABI_VERSION 8
 
 #ifdef __cplusplus
 extern "C" {
@@ -241,6 +241,11 @@ int cs1_gemm_stream(void *gemm, const void *x, int64_t ldx, const void *w, void 
 int cs1_letter_readout(const void *residual, const void *delta, const int32_t *last_rows, int64_t n_rows,
                        const void *final_norm_w, const float *letters, int64_t n_letters, float *logits, int64_t D,
                        float eps, void *stream);
+/* dst[r, 0:width] = src[rows[r], 0:width] for r < n (bf16 rows; rows on the device; a row index outside
+ * [0, src_rows) gives a row of zeros). The forward gathers each prompt's last row with it so that the last layer's
+ * row-wise tail (output projection, norm, MLP) runs on those n rows alone. ld_src, ld_dst >= width. */
+int cs1_gather_rows(const void *src, int64_t ld_src, int64_t src_rows, const int32_t *rows, int64_t n, void *dst,
+                    int64_t ld_dst, int64_t width, void *stream);
 
 /* CS1_CDEF_END */
 

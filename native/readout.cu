@@ -1,5 +1,6 @@
 // readout.cu: the decision read-out (qwen3_5-model.md §3, §8.1 "logits" row): the final residual add and final norm
-// at each prompt's last row only, then 26 fp32 dot products against the letter rows of the tied embedding.
+// at each prompt's last row only, then 26 fp32 dot products against the letter rows of the tied embedding. Also the
+// row gather that lets the last layer run its row-wise tail (projection, norm, MLP) on those rows alone.
 #include "common.cuh"
 
 namespace {
@@ -57,7 +58,47 @@ __global__ void __launch_bounds__(kReadoutThreads, 1)
     }
 }
 
+// dst[r, :] = src[rows[r], :] (zeros where rows[r] is outside [0, src_rows)). kVec: 8 bf16 per 16-byte access.
+template <bool kVec>
+__global__ void gather_rows_kernel(const bf16 *__restrict__ src, int64_t ld_src, int64_t src_rows,
+                                   const int32_t *__restrict__ rows, int64_t n, bf16 *__restrict__ dst,
+                                   int64_t ld_dst, int64_t width) {
+    const int64_t per_row = kVec ? width / 8 : width, total = n * per_row;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / per_row, c = e % per_row, t = rows[r];
+        const bool ok = t >= 0 && t < src_rows;
+        if constexpr (kVec) {
+            const uint4 v = ok ? *reinterpret_cast<const uint4 *>(src + t * ld_src + 8 * c) : make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4 *>(dst + r * ld_dst + 8 * c) = v;
+        } else {
+            dst[r * ld_dst + c] = ok ? src[t * ld_src + c] : f2bf(0.0f);
+        }
+    }
+}
+
 }  // namespace
+
+extern "C" int cs1_gather_rows(const void *src, int64_t ld_src, int64_t src_rows, const int32_t *rows, int64_t n,
+                               void *dst, int64_t ld_dst, int64_t width, void *stream) {
+    CS1_REQUIRE_SHAPE(n >= 0 && width >= 0 && src_rows >= 0);
+    if (n == 0 || width == 0) return 0;
+    CS1_REQUIRE(src && rows && dst, CS1_ERR_NULL);
+    CS1_REQUIRE_SHAPE(ld_src >= width && ld_dst >= width);
+    CS1_REQUIRE_ALIGNED(src, 2);
+    CS1_REQUIRE_ALIGNED(dst, 2);
+    CS1_REQUIRE_ALIGNED(rows, 4);
+    const bf16 *s = static_cast<const bf16 *>(src);
+    bf16 *d = static_cast<bf16 *>(dst);
+    const int threads = 256;
+    if (width % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && cs1_aligned(src, 16) && cs1_aligned(dst, 16)) {
+        gather_rows_kernel<true><<<cs1_grid((n * (width / 8) + threads - 1) / threads), threads, 0,
+                                   cs1_stream(stream)>>>(s, ld_src, src_rows, rows, n, d, ld_dst, width);
+    } else {
+        gather_rows_kernel<false><<<cs1_grid((n * width + threads - 1) / threads), threads, 0, cs1_stream(stream)>>>(
+            s, ld_src, src_rows, rows, n, d, ld_dst, width);
+    }
+    CS1_LAUNCHED();
+}
 
 extern "C" int cs1_letter_readout(const void *residual, const void *delta, const int32_t *last_rows, int64_t n_rows,
                                   const void *final_norm_w, const float *letters, int64_t n_letters, float *logits,

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A forward setting off and on in ONE H200 build (the setting is the only difference): SETTING=down-split (lever 51,
-# the default: the down projection's K split) or gate-in-prep (lever 58: the attention gate's sigmoid in attn_prep).
+# the default: the down projection's K split), gate-in-prep (lever 58: the attention gate's sigmoid in attn_prep) or
+# tail-rows (lever 60: the last layer's tail on the read-out rows only).
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [SETTING=down-split] [STEPS="tests memcheck ops inab inba http"]
 #   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
 # Steps:
 #   tests     pytest, per setting: down-split: test_gemm's and test_norm's split / partials tests, test_model's
 #             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
 #             test_attention, test_elementwise, test_model's graph and 4B numpy reference tests
-#   (http: down-split only; the server has no gate-in-prep option)
+#             tail-rows: test_readout_kernel and all of test_model
+#   (http: down-split only; the server has no option for the others)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
 #   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
 #   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
@@ -28,7 +30,8 @@ case $SETTING in
                      "split or partials or graph or numpy_reference") ;;
   gate-in-prep) TESTS=(tests/gpu/test_attention.py tests/gpu/test_elementwise.py tests/gpu/test_model.py -k
                        "not test_model or graph or numpy_reference") ;;
-  *) echo "SETTING must be down-split or gate-in-prep" >&2; exit 2 ;;
+  tail-rows) TESTS=(tests/gpu/test_readout_kernel.py tests/gpu/test_model.py) ;;
+  *) echo "SETTING must be down-split, gate-in-prep or tail-rows" >&2; exit 2 ;;
 esac
 step() { [[ $STEPS == *" $1 "* ]]; }
 CKPT=${CKPT:-/tmp/bench4b}

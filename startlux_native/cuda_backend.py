@@ -113,13 +113,14 @@ class CudaBackend:
     DOWN_SPLIT_MAX_ROWS padded rows, when the intermediate size allows it) or "off". `gate_in_prep` is "auto" (the
     attention's output gate goes through its sigmoid in attn_prep, cs1_attn_prep_sigmoid_gate, and the attention
     multiplies by it, cs1_attention_sigmoid_gated) or "off" (the attention's epilogue applies the sigmoid); both
-    give the same bytes."""
+    give the same bytes. `tail_rows` is "auto" (the last layer's row-wise tail, from its output projection through
+    the MLP, runs on each prompt's last row alone: the only rows the read-out uses) or "off" (on every row)."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
-                 gate_in_prep: str = "auto"):
+                 gate_in_prep: str = "auto", tail_rows: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -146,6 +147,11 @@ class CudaBackend:
             raise ValueError(f"gate_in_prep must be 'auto' or 'off', not {gate_in_prep!r}")
         self.gate_in_prep = gate_in_prep == "auto"
         self.gate_in_prep_state = "in attn_prep" if self.gate_in_prep else "in the attention epilogue (option)"
+        if tail_rows not in ("auto", "off"):
+            raise ValueError(f"tail_rows must be 'auto' or 'off', not {tail_rows!r}")
+        self.tail_rows = tail_rows == "auto"
+        self.tail_rows_state = ("the last layer's tail on the read-out rows" if self.tail_rows
+                                else "the last layer's tail on every row (option)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -294,7 +300,7 @@ class CudaBackend:
     def _allocate_scratch(self) -> None:
         cfg, cap, rows = self.config, self.max_tokens, self.max_rows
         h = cfg.hidden_size
-        self.io_ints = 2 * cap + 2 * rows + 1  # ids | positions | cu_seqlens | last_rows
+        self.io_ints = 2 * cap + 3 * rows + 1  # ids | positions | cu_seqlens | last_rows | 0..n-1
         ws = self.ffi.new("size_t *")
         self._call("cs1_gdn_workspace_bytes", cap, rows, self.hv, ws)
         self.gdn_workspace_bytes = int(ws[0])
@@ -315,6 +321,9 @@ class CudaBackend:
         a.add("act", cap * cfg.intermediate_size * BF16)
         a.add("logits", rows * N_LETTERS * F32)
         a.add("gdn_ws", self.gdn_workspace_bytes)
+        if self.tail_rows:  # the read-out rows of the last layer's mixer output and of the residual
+            a.add("tail_in", rows * max(self.value_dim, self.hq * self.dh) * BF16)
+            a.add("tail_res", rows * h * BF16)
         if self.down_splits:
             a.add("partials", self.down_splits * min(cap, DOWN_SPLIT_MAX_ROWS) * h * F32)
         self.scratch_bytes = a.size
@@ -362,6 +371,7 @@ class CudaBackend:
         v[T + real:2 * T] = 0
         v[2 * T:2 * T + n + 1] = cu
         v[2 * T + n + 1:2 * T + 2 * n + 1] = cu[1:] - 1
+        v[2 * T + 2 * n + 1:2 * T + 3 * n + 1] = np.arange(n)
         return T, n
 
     def _enqueue(self, T: int, n: int) -> None:
@@ -373,7 +383,8 @@ class CudaBackend:
         positions = ffi.cast("int32_t *", io + 4 * T)
         cu = ffi.cast("int32_t *", io + 8 * T)
         last = ffi.cast("int32_t *", io + 8 * T + 4 * (n + 1))
-        L.cs1_upload_async(io, self.host_io, (2 * T + 2 * n + 1) * I32, s)
+        iota = ffi.cast("int32_t *", io + 8 * T + 4 * (2 * n + 1))
+        L.cs1_upload_async(io, self.host_io, (2 * T + 3 * n + 1) * I32, s)
         L.cs1_embed(ids, self.embed, b["res"], T, h, cfg.vocab_size, s)
         L.cs1_rms_norm(b["res"], self.layers[0].input_norm, b["x"], T, h, eps, s)
         attention = (L.cs1_attention_gated_bidirectional if self.attention_mode == "bidirectional"
@@ -382,6 +393,9 @@ class CudaBackend:
         split = self.down_splits if T <= DOWN_SPLIT_MAX_ROWS else 0
         partials = ffi.cast("float *", b["partials"]) if split else None
         for i, layer in enumerate(self.layers):
+            # the last layer's row-wise tail (output projection to MLP) on the n read-out rows alone
+            tail = self.tail_rows and i + 1 == len(self.layers)
+            rows, res = (n, b["tail_res"]) if tail else (T, b["res"])
             m = layer.mixer
             if isinstance(m, _GdnLayer):
                 proj, ld = b["proj"], self.n_gdn
@@ -393,7 +407,7 @@ class CudaBackend:
                                   self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
                 L.cs1_gated_rms_norm(b["gdn_o"], proj + BF16 * self.conv_dim, ld, ffi.cast("float *", m.norm_w),
                                      self.round_weighted, b["ln"], T, self.hv, self.dk, eps, s)
-                L.cs1_gemm(g, b["ln"], self.value_dim, m.w_out, b["delta"], h, T, h, self.value_dim, s)
+                mixed, width, w_out = b["ln"], self.value_dim, m.w_out
             else:
                 proj, ld = b["proj"], self.n_attn
                 width = self.hq * self.dh
@@ -410,22 +424,28 @@ class CudaBackend:
                 else:
                     attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh, scale,
                               s)
-                L.cs1_gemm(g, b["ao"], width, m.w_o, b["delta"], h, T, h, width, s)
-            L.cs1_add_rms_norm(b["res"], b["delta"], layer.post_norm, b["x"], T, h, eps, s)
+                mixed, w_out = b["ao"], m.w_o
+            if tail:
+                L.cs1_gather_rows(mixed, width, T, last, n, b["tail_in"], width, width, s)
+                L.cs1_gather_rows(b["res"], h, T, last, n, res, h, h, s)
+                mixed = b["tail_in"]
+            L.cs1_gemm(g, mixed, width, w_out, b["delta"], h, rows, h, width, s)
+            L.cs1_add_rms_norm(res, b["delta"], layer.post_norm, b["x"], rows, h, eps, s)
             inter = cfg.intermediate_size
-            L.cs1_gemm(g, b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, T, self.n_mlp, h, s)
-            L.cs1_silu_mul(b["proj"], self.n_mlp, b["act"], T, inter, s)
+            L.cs1_gemm(g, b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, rows, self.n_mlp, h, s)
+            L.cs1_silu_mul(b["proj"], self.n_mlp, b["act"], rows, inter, s)
             if split and i + 1 < len(self.layers):
                 L.cs1_gemm_split_f32(g, b["act"], inter, layer.w_down, partials, T, h, inter, split, s)
                 L.cs1_add_partials_rms_norm(b["res"], partials, split, T * h, self.layers[i + 1].input_norm, b["x"],
                                             T, h, eps, s)
             else:
-                L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, T, h, inter, s)
+                L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, rows, h, inter, s)
                 if i + 1 < len(self.layers):
                     L.cs1_add_rms_norm(b["res"], b["delta"], self.layers[i + 1].input_norm, b["x"], T, h, eps, s)
         # the last residual add and the final norm happen inside the read-out, at the last rows only
         logits = ffi.cast("float *", b["logits"])
-        L.cs1_letter_readout(b["res"], b["delta"], last, n, self.final_norm, ffi.cast("float *", self.letters),
+        final_res, final_rows = (b["tail_res"], iota) if self.tail_rows else (b["res"], last)
+        L.cs1_letter_readout(final_res, b["delta"], final_rows, n, self.final_norm, ffi.cast("float *", self.letters),
                              N_LETTERS, logits, h, eps, s)
         L.cs1_download_async(self.host_logits, b["logits"], n * N_LETTERS * F32, s)
 
@@ -564,6 +584,7 @@ class CudaBackend:
             "gemm_pins": self.gemm_pins_state,
             "down_split": self.down_split_state,
             "gate_sigmoid": self.gate_in_prep_state,
+            "tail_rows": self.tail_rows_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -51,6 +51,7 @@ class FakeLibrary(abi.Library):
         self.split_calls = 0  # cs1_gemm_split_f32 calls: the rows alone (<= 256 padded rows) take the split path
         self.prep_calls = 0  # cs1_attn_prep and cs1_attn_prep_sigmoid_gate calls
         self.sigmoid_gated_calls = 0  # cs1_attention_sigmoid_gated calls
+        self.gather_calls = 0  # cs1_gather_rows calls
         self._sigmoid_gate = False
 
     def build_info(self) -> str:
@@ -300,6 +301,14 @@ class FakeLibrary(abi.Library):
         self.put(out, rb(silu(x[:, :I])) * x[:, I:], T, I)
         return 0
 
+    def cs1_gather_rows(self, src, ld_src, src_rows, rows, n, dst, ld_dst, width, s):
+        self.gather_calls += 1
+        idx = self.view(rows, np.int32, n)
+        x = self.bf(src, src_rows, width, ld_src)
+        ok = (idx >= 0) & (idx < src_rows)
+        self.put(dst, np.where(ok[:, None], x[np.clip(idx, 0, src_rows - 1)], 0.0), n, width, ld_dst)
+        return 0
+
     def cs1_letter_readout(self, res, delta, last, n, w, letters, nl, logits, D, eps, s):
         rows = self.view(last, np.int32, n)
         T = int(rows.max()) + 1
@@ -324,18 +333,33 @@ def probs(z):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.fixture(scope="module")
+def tiny_folder_gdn_last(tmp_path_factory):
+    """6 layers: the attention layer is the fourth, so the last layer is a GDN layer."""
+    cfg = dict(TINY, num_hidden_layers=6)
+    return scale_projection_matrices(make_tiny_checkpoint(tmp_path_factory.mktemp("wiring6") / "ckpt", seed=4,
+                                                           with_tokenizer=False, with_decision_config=True, **cfg))
+
+
+@pytest.mark.parametrize("last_layer", ["attention", "gdn"])
+@pytest.mark.parametrize("tail_rows", ["auto", "off"])
 @pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
-def test_backend_wiring_matches_reference(tiny_folder, mode, gate_in_prep):
-    ck = load_checkpoint(tiny_folder, attention_mode=mode, require_tokenizer=False)
+def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows, last_layer):
+    folder = request.getfixturevalue("tiny_folder" if last_layer == "attention" else "tiny_folder_gdn_last")
+    ck = load_checkpoint(folder, attention_mode=mode, require_tokenizer=False)
+    assert ck.config.layer_types[-1] == ("full_attention" if last_layer == "attention" else "linear_attention")
     rng = np.random.default_rng(11)
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
-    with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep) as be:
+    with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep,
+                     tail_rows=tail_rows) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
         # the gate's sigmoid in attn_prep (auto) or in the attention's epilogue (off), never both or neither
         assert lib.sigmoid_gated_calls == (lib.prep_calls if gate_in_prep == "auto" else 0) and lib.prep_calls > 0
+        # the last layer's tail on the read-out rows: its mixer output and the residual gathered once per forward
+        assert lib.gather_calls == (2 if tail_rows == "auto" else 0)
         single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
         assert lib.split_calls > 0
         print(be.describe())

@@ -356,6 +356,31 @@ def test_down_split_matches_reference_and_replays_exactly(cs1, tiny_folder, rng)
         CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, down_split="on")
 
 
+def test_tail_rows_match_every_row_and_replay_exactly(cs1, tiny_folder, rng):
+    """The last layer's tail (o projection, norm, MLP) on the read-out rows alone (tail_rows="auto") against every
+    row (off) and the numpy reference, packed prompts included (their last rows gathered), graph replay
+    byte-identical to eager; the GEMMs run at M = n rows, so only bf16 rounding may move."""
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    lengths = [1, 63, 64, 65, 130, 250]
+    rows = random_rows(rng, lengths, ck.config.vocab_size)
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_rows=spec) as be:
+            print(f"tail_rows={spec}: {be.describe()['tail_rows']}")
+            assert be.tail_rows == (spec == "auto")
+            out[spec] = be._forward(rows, use_graph=False)  # one packed forward: 6 read-out rows of 573
+            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
+            compare(f"tail_rows={spec}: packed vs alone", out[spec], alone, lengths)
+            be._forward(rows, use_graph=True)  # eager + capture
+            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    compare("tail rows vs reference", out["auto"], ref, lengths)
+    compare("tail rows vs every row", out["auto"], out["off"], lengths)
+    print(f"tail rows vs every row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+    with pytest.raises(ValueError):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_rows="on")
+
+
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
     """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
     GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""

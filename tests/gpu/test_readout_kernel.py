@@ -1,5 +1,6 @@
 """cs1_letter_readout against a float64 reference: h = bf16(residual + delta) at each prompt's last row,
-y = bf16(RMSNorm(1+w)(h)), logits = y . letters (fp32 letter rows).
+y = bf16(RMSNorm(1+w)(h)), logits = y . letters (fp32 letter rows). cs1_gather_rows (the read-out rows of the last
+layer's tail) against numpy indexing: a copy, so exact.
 
 Tolerance (fp32 logits): |logit - ref| <= 1e-5 * sum_d |y_d l_d| + 2 * max_d ulp(y_d) * max_d |l_d| -- fp32 summation
 error plus at most one y value whose bf16 rounding flips at a near-tie between the fp32 kernel and float64.
@@ -82,4 +83,57 @@ def test_readout_empty_and_checks(gpu):
     for too_wide in (MAX_D + 1, 1 << 20):
         assert raw.cs1_letter_readout(p.ptr, null, ffi.cast("int32_t *", p.ptr), 2, p.ptr, ffi.cast("float *", p.ptr),
                                       26, ffi.cast("float *", p.ptr), too_wide, EPS, gpu.stream) == 2001
+    gpu.sync()
+
+
+def run_gather(gpu, rng, n, width, ld_src, ld_dst, src_offset=0, dst_offset=0, bad_rows=False):
+    src_rows = n + 5
+    src = rand_bf16(rng, (src_rows, ld_src), 2.0)
+    rows = rng.integers(0, src_rows, n).astype(np.int32)
+    if bad_rows and n > 2:  # outside [0, src_rows): zeros
+        rows[0], rows[-1] = -1, src_rows
+    ffi = gpu.ffi
+    d_src = gpu.empty(src.nbytes + src_offset, poison=False)
+    gpu.lib.cs1_upload(d_src.at(src_offset), ffi.from_buffer(src), src.nbytes, gpu.stream)
+    dst = gpu.empty(n * ld_dst * 2 + dst_offset)  # poisoned (0xFFFF): every row's width columns must be written
+    gpu.lib.cs1_gather_rows(d_src.at(src_offset), ld_src, src_rows, ffi.cast("int32_t *", gpu.upload(rows).ptr), n,
+                            dst.at(dst_offset), ld_dst, width, gpu.stream)
+    raw = gpu.download(dst, np.uint8, (n * ld_dst * 2 + dst_offset,))[dst_offset:]
+    got = raw.view(np.uint16).reshape(n, ld_dst)
+    ok = (rows >= 0) & (rows < src_rows)
+    want = np.where(ok[:, None], src[np.clip(rows, 0, src_rows - 1), :width], 0).astype(np.uint16)
+    assert (got[:, :width] == want).all(), f"gather n={n} width={width}: rows differ"
+    assert (got[:, width:] == 0xFFFF).all(), "columns past width are not the gather's to write"
+    print(f"gather n={n} width={width} ld {ld_src}/{ld_dst} offsets {src_offset}/{dst_offset} bad={bad_rows}: exact")
+
+
+@pytest.mark.parametrize("n", ROWS)
+def test_gather_rows_vector(gpu, rng, n):  # the 16-byte path: width, lds multiples of 8, aligned pointers
+    run_gather(gpu, rng, n, 2560, 2560, 2560, bad_rows=True)
+
+
+@pytest.mark.parametrize(("width", "ld_src", "ld_dst"), [(1, 1, 1), (63, 64, 63), (64, 72, 64), (65, 65, 80),
+                                                         (640, 648, 640), (4096, 4096, 4104), (4097, 4097, 4097)])
+@pytest.mark.parametrize("n", [1, 65])
+def test_gather_rows_awkward_sizes(gpu, rng, n, width, ld_src, ld_dst):
+    run_gather(gpu, rng, n, width, ld_src, ld_dst, bad_rows=True)
+
+
+def test_gather_rows_misaligned_pointers(gpu, rng):  # 2-byte aligned only: the scalar path
+    run_gather(gpu, rng, 63, 640, 640, 640, src_offset=2, dst_offset=0)
+    run_gather(gpu, rng, 63, 640, 640, 640, src_offset=0, dst_offset=2)
+
+
+def test_gather_rows_empty_and_checks(gpu):
+    raw, ffi, null = gpu.lib.raw, gpu.ffi, gpu.ffi.NULL
+    ip = ffi.cast("int32_t *", 0)
+    assert raw.cs1_gather_rows(null, 8, 4, ip, 0, null, 8, 8, gpu.stream) == 0
+    assert raw.cs1_gather_rows(null, 8, 4, ip, 2, null, 8, 0, gpu.stream) == 0
+    p = gpu.empty(1 << 12)
+    pi = ffi.cast("int32_t *", p.ptr)
+    assert raw.cs1_gather_rows(null, 8, 4, pi, 2, p.ptr, 8, 8, gpu.stream) == 2003
+    assert raw.cs1_gather_rows(p.ptr, 7, 4, pi, 2, p.ptr, 8, 8, gpu.stream) == 2001  # ld_src < width
+    assert raw.cs1_gather_rows(p.ptr, 8, 4, pi, 2, p.ptr, 7, 8, gpu.stream) == 2001  # ld_dst < width
+    assert raw.cs1_gather_rows(p.ptr, 8, 4, pi, -1, p.ptr, 8, 8, gpu.stream) == 2001
+    assert raw.cs1_gather_rows(p.at(1), 8, 4, pi, 2, p.ptr, 8, 8, gpu.stream) == 2002
     gpu.sync()
