@@ -9,13 +9,13 @@
 #             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
 #             test_attention, test_elementwise, test_model's graph and 4B numpy reference tests
 #             tail-rows: test_readout_kernel and all of test_model
-#   (http: down-split only; the server has no option for the others)
+#   (http: down-split and tail-rows, the settings the server has a flag for)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
 #   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
 #   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
 #   inba      the same with the arms loaded in the other order (A = auto, B = off); with inab, the lever's delta
 #             with the load order cancelled
-#   http      scripts/gpu_http_ab.sh: three servers of this build, A = C = CS1_DOWN_SPLIT=off, B = auto
+#   http      scripts/gpu_http_ab.sh: three servers of this build, A = C = CS1_<SETTING>=off, B = auto
 # Writes $OUT/summary.txt, $OUT/inprocess-{ab,ba}.json, $OUT/op_spans.json, $OUT/ab.txt, $OUT/logs.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -84,8 +84,9 @@ if step inab && step inba; then
   python3 -m benchmarks.load_order "$FINAL/inprocess-ab.json" "$FINAL/inprocess-ba.json" --label "on - off" \
     | tee -a "$S"
 fi
-if step http && [ "$SETTING" = down-split ]; then
-  ARMS="A B C" ENV_A="CS1_DOWN_SPLIT=off" ENV_B="CS1_DOWN_SPLIT=auto" ENV_C="CS1_DOWN_SPLIT=off" \
+ENV_NAME=CS1_$(echo "$SETTING" | tr a-z- A-Z_)  # the server's environment twin of the setting's flag
+if step http && [ "$SETTING" != gate-in-prep ]; then
+  ARMS="A B C" ENV_A="$ENV_NAME=off" ENV_B="$ENV_NAME=auto" ENV_C="$ENV_NAME=off" \
     ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
   say "http rc=$?"
   tail -n 40 "$W/http.log" | tee -a "$S"

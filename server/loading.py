@@ -131,8 +131,10 @@ def load(settings: Settings) -> Loaded:
         request_tokens = request_tokens or max(CUDA_DEFAULT_REQUEST_TOKENS, settings.max_prompt_tokens)
         backend = CudaBackend(ckpt, library=settings.library, device=settings.device,
                               max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs,
-                              gemm_pins=settings.gemm_pins, down_split=settings.down_split)
-        log.info("GEMM pins: %s; down projection split: %s", backend.gemm_pins_state, backend.down_split_state)
+                              gemm_pins=settings.gemm_pins, down_split=settings.down_split,
+                              tail_rows=settings.tail_rows)
+        log.info("GEMM pins: %s; down projection split: %s; %s", backend.gemm_pins_state, backend.down_split_state,
+                 backend.tail_rows_state)
         if settings.graphs:
             captured = backend.capture_graphs()
             log.info("captured %d CUDA graphs (one prompt per padded length)", captured)

@@ -29,6 +29,7 @@ class Settings:
     graphs: bool = True
     gemm_pins: str = "auto"
     down_split: str = "auto"
+    tail_rows: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -96,6 +97,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
                         "as 3 batches of its K in one cuBLASLt call and adds the fp32 partials in the norm that "
                         "follows (a different fp32 sum order than one GEMM's, the same bf16 rounding); 'off' keeps "
                         "one GEMM. Shown in /info"),
+    ("tail-rows", str, "cuda backend: 'auto' runs the last layer's row-wise tail (output projection, norm, MLP) on "
+                       "each prompt's last row alone, the only row the read-out uses (its GEMMs then run at one row "
+                       "per question, so the letters' logits may differ from 'off' in bf16 rounding); 'off' runs it "
+                       "on every row. Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -115,7 +120,7 @@ FLAGS: list[tuple[str, type | object, str]] = [
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
-           "down-split": ("auto", "off")}
+           "down-split": ("auto", "off"), "tail-rows": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -40,6 +40,8 @@ def test_environment_twins_and_flag_precedence():
     assert Settings().token_cache == 1024 and parse(["--demo"], {"CS1_TOKEN_CACHE": "0"}).token_cache == 0
     assert Settings().parallel_tokenize and not parse(["--demo"], {"CS1_PARALLEL_TOKENIZE": "0"}).parallel_tokenize
     assert not parse(["--demo", "--no-parallel-tokenize"], {}).parallel_tokenize
+    assert Settings().tail_rows == "auto" and parse(["--demo"], {"CS1_TAIL_ROWS": "off"}).tail_rows == "off"
+    assert parse(["--demo", "--tail-rows", "auto"], {"CS1_TAIL_ROWS": "off"}).tail_rows == "auto"
 
 
 def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
@@ -54,7 +56,8 @@ def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
 
 @pytest.mark.parametrize("argv,env", [([], {}), (["--demo", "--max-queue", "0"], {}), (["--demo"], {"CS1_PORT": "x"}),
                                       ([], {"CS1_DEMO": "maybe"}), (["--demo"], {"CS1_BACKEND": "tpu"}),
-                                      (["--demo", "--token-cache", "-1"], {}), (["--demo"], {"CS1_TOKEN_CACHE": "x"})])
+                                      (["--demo", "--token-cache", "-1"], {}), (["--demo"], {"CS1_TOKEN_CACHE": "x"}),
+                                      (["--demo", "--tail-rows", "on"], {}), (["--demo"], {"CS1_TAIL_ROWS": "1"})])
 def test_bad_settings_are_refused_with_a_message(argv, env, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv, env)
