@@ -85,7 +85,7 @@ if step inab && step inba; then
     | tee -a "$S"
 fi
 ENV_NAME=CS1_$(echo "$SETTING" | tr a-z- A-Z_)  # the server's environment twin of the setting's flag
-if step http && [ "$SETTING" != gate-in-prep ]; then
+if step http && [[ $SETTING == down-split || $SETTING == tail-rows ]]; then
   ARMS="A B C" ENV_A="$ENV_NAME=off" ENV_B="$ENV_NAME=auto" ENV_C="$ENV_NAME=off" \
     ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
   say "http rc=$?"
