@@ -4,7 +4,7 @@
 # tail-rows (lever 60: the last layer's tail on the read-out rows only) or tail-attention (lever 61: the last
 # attention layer at the read-out rows only).
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [SETTING=down-split] [STEPS="tests memcheck ops inab inba http"]
-#   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
+#   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] [SKIP_BUILD=1] scripts/gpu_down_split_ab.sh
 # Steps:
 #   tests     pytest, per setting: down-split: test_gemm's and test_norm's split / partials tests, test_model's
 #             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
@@ -46,8 +46,12 @@ trap finish EXIT
 { date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}, setting $SETTING"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
-./build.sh target 90 >"$W/build.log" 2>&1
-say "build: $(tail -n1 "$W/build.log")"
+if [ -n "${SKIP_BUILD:-}" ] && [ -f target/libqwen3_5_cuda.so ]; then  # a warm machine's build of this commit
+  say "build: SKIP_BUILD, reusing target/libqwen3_5_cuda.so"
+else
+  ./build.sh target 90 >"$W/build.log" 2>&1
+  say "build: $(tail -n1 "$W/build.log")"
+fi
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1 &
 CK=$!
 if step tests; then
