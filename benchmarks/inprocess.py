@@ -123,7 +123,9 @@ def paired_deltas(times: list[list[float]]) -> list[dict]:
 # CudaBackend's auto / off settings, each with an arm B twin: (flag, keyword, what it does when on)
 BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batches"),
                     ("gate-in-prep", "gate_in_prep", "the attention gate's sigmoid in attn_prep (off: the attention)"),
-                    ("tail-rows", "tail_rows", "the last layer's tail on the read-out rows only (off: every row)"))
+                    ("tail-rows", "tail_rows", "the last layer's tail on the read-out rows only (off: every row)"),
+                    ("tail-attention", "tail_attention",
+                     "the last attention at the read-out rows only, with the tail there (off: every query row)"))
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -143,7 +145,8 @@ def settings_of_b(args) -> bool:
 
 
 def describe_settings(b) -> str:
-    return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}")
+    return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}, "
+            f"tail attention {b.tail_attention_state}")
 
 
 def summary(times: list[float]) -> dict:

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 8
+#define CS1_ABI_VERSION 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,6 +183,22 @@ int cs1_attention_sigmoid_gated(const void *q, const void *k, const void *v, int
                                 const int32_t *cu_seqlens, int64_t n_seqs, void *out, int64_t T, int64_t Hq,
                                 int64_t Hk, int64_t Dh, float scale, int32_t causal, int32_t tile_rows,
                                 void *stream);
+/* workspace bytes cs1_attention_gated_rows needs for T key rows in n_seqs prompts with Hq query heads of Dh */
+int cs1_attention_rows_workspace_bytes(int64_t T, int64_t n_seqs, int64_t Hq, int64_t Dh, size_t *bytes);
+/* The gated attention of one query row per prompt (the read-out rows of the last layer; native/attention_rows.cu).
+ * Prompt s's query and gate come from row q_rows[s] of q [*, Hq, Dh] and gate [*, Hq*Dh] (not bounds-checked: the
+ * caller passes rows that exist); its keys are k [T, Hk, Dh] and v (rows of ldv, head j at v + j*Dh) at rows
+ * cu_seqlens[s] .. cu_seqlens[s+1] - 1, causal: up to rows[s] only (clamped into the prompt; rows may be null when
+ * causal = 0). out[s, h*Dh + d] = bf16(bf16(attn) * g), g = gate when gate_is_sigmoid = 1 (it already holds
+ * bf16(sigmoid(gate)), cs1_attn_prep_sigmoid_gate) else bf16(sigmoid(gate)); an empty prompt gets zeros.
+ * attn = softmax(q k^T * scale) v with fp32 scores, softmax and P.V (P is not rounded to bf16, so the bits differ
+ * from cs1_attention_gated's at that row by about one bf16 step). Keys are split into 64-row chunks over the whole
+ * GPU, partial results in the workspace (fp32), merged by a second launch. Dh = 256, Hq / Hk in {1, 2, 4}. */
+int cs1_attention_gated_rows(const void *q, const void *gate, const int32_t *q_rows, int32_t gate_is_sigmoid,
+                             const void *k, const void *v, int64_t ldv, const int32_t *cu_seqlens,
+                             const int32_t *rows, int64_t n_seqs, void *out, void *workspace,
+                             size_t workspace_bytes, int64_t T, int64_t Hq, int64_t Hk, int64_t Dh, float scale,
+                             int32_t causal, void *stream);
 /* the automatic mma.sync tile (64 or 128) for the current device and a window of `rows` query rows (causal calls,
  * and bidirectional ones where the wgmma kernel does not run) */
 int cs1_attention_tile_rows(int64_t rows, int32_t *tile_rows);

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # A forward setting off and on in ONE H200 build (the setting is the only difference): SETTING=down-split (lever 51,
 # the default: the down projection's K split), gate-in-prep (lever 58: the attention gate's sigmoid in attn_prep) or
-# tail-rows (lever 60: the last layer's tail on the read-out rows only).
+# tail-rows (lever 60: the last layer's tail on the read-out rows only) or tail-attention (lever 61: the last
+# attention layer at the read-out rows only).
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [SETTING=down-split] [STEPS="tests memcheck ops inab inba http"]
-#   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] scripts/gpu_down_split_ab.sh
+#   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] [SKIP_BUILD=1] scripts/gpu_down_split_ab.sh
 # Steps:
 #   tests     pytest, per setting: down-split: test_gemm's and test_norm's split / partials tests, test_model's
 #             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
 #             test_attention, test_elementwise, test_model's graph and 4B numpy reference tests
-#             tail-rows: test_readout_kernel and all of test_model
-#   (http: down-split and tail-rows, the settings the server has a flag for)
+#             tail-rows: test_readout_kernel and all of test_model; tail-attention: test_attention_rows and
+#             all of test_model
+#   (http: down-split, tail-rows and tail-attention, the settings the server has a flag for)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
 #   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
 #   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
@@ -31,7 +33,8 @@ case $SETTING in
   gate-in-prep) TESTS=(tests/gpu/test_attention.py tests/gpu/test_elementwise.py tests/gpu/test_model.py -k
                        "not test_model or graph or numpy_reference") ;;
   tail-rows) TESTS=(tests/gpu/test_readout_kernel.py tests/gpu/test_model.py) ;;
-  *) echo "SETTING must be down-split, gate-in-prep or tail-rows" >&2; exit 2 ;;
+  tail-attention) TESTS=(tests/gpu/test_attention_rows.py tests/gpu/test_model.py) ;;
+  *) echo "SETTING must be down-split, gate-in-prep, tail-rows or tail-attention" >&2; exit 2 ;;
 esac
 step() { [[ $STEPS == *" $1 "* ]]; }
 CKPT=${CKPT:-/tmp/bench4b}
@@ -43,8 +46,12 @@ trap finish EXIT
 { date -u; echo "commit ${CS1_GIT_DESCRIBE:-unknown}, setting $SETTING"; nvidia-smi --query-gpu=name,driver_version,clocks.sm \
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
-./build.sh target 90 >"$W/build.log" 2>&1
-say "build: $(tail -n1 "$W/build.log")"
+if [ -n "${SKIP_BUILD:-}" ] && [ -f target/libqwen3_5_cuda.so ]; then  # a warm machine's build of this commit
+  say "build: SKIP_BUILD, reusing target/libqwen3_5_cuda.so"
+else
+  ./build.sh target 90 >"$W/build.log" 2>&1
+  say "build: $(tail -n1 "$W/build.log")"
+fi
 [ -f "$CKPT/config.json" ] || python3 benchmarks/make_bench_checkpoint.py "$CKPT" --seed 0 >"$W/checkpoint.log" 2>&1 &
 CK=$!
 if step tests; then
@@ -85,7 +92,7 @@ if step inab && step inba; then
     | tee -a "$S"
 fi
 ENV_NAME=CS1_$(echo "$SETTING" | tr a-z- A-Z_)  # the server's environment twin of the setting's flag
-if step http && [[ $SETTING == down-split || $SETTING == tail-rows ]]; then
+if step http && [[ $SETTING == down-split || $SETTING == tail-rows || $SETTING == tail-attention ]]; then
   ARMS="A B C" ENV_A="$ENV_NAME=off" ENV_B="$ENV_NAME=auto" ENV_C="$ENV_NAME=off" \
     ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
   say "http rc=$?"

@@ -51,6 +51,15 @@ for T in [int(a) for a in sys.argv[1:]]:
                                    f32(up(inv.astype(np.float32))), q, gate, k, T, Hq, Hk, Dh, 64, 1e-6, stream)
     for causal in (0, 1):
         lib.cs1_attention_sigmoid_gated(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, causal, 0, stream)
+    # the read-out rows' attention (each prompt's last row; causal from a row inside the prompt), with the workspace
+    # sized exactly
+    rows_ws = ffi.new("size_t *")
+    lib.cs1_attention_rows_workspace_bytes(T, 3, Hq, Dh, rows_ws)
+    last = i32(up((cu[1:] - 1).astype(np.int32)))
+    mid = i32(up((cu[:-1] + np.array(lens) // 2).astype(np.int32)))
+    for causal, rows_at in ((0, last), (1, mid)):
+        lib.cs1_attention_gated_rows(q, gate, last, 1, k, v, ld_a, d_cu, rows_at, 3, o, empty(int(rows_ws[0])),
+                                     int(rows_ws[0]), T, Hq, Hk, Dh, Dh ** -0.5, causal, stream)
     conv_dim, ld_g = 2 * HK * 128 + H * 128, 12352
     proj = up(rb(T, ld_g))
     conv = empty(T * conv_dim * 2)

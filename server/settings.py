@@ -30,6 +30,7 @@ class Settings:
     gemm_pins: str = "auto"
     down_split: str = "auto"
     tail_rows: str = "auto"
+    tail_attention: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -101,6 +102,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
                        "each prompt's last row alone, the only row the read-out uses (its GEMMs then run at one row "
                        "per question, so the letters' logits may differ from 'off' in bf16 rounding); 'off' runs it "
                        "on every row. Shown in /info"),
+    ("tail-attention", str, "cuda backend: with --tail-rows auto and an attention layer last, 'auto' computes that "
+                            "layer's attention for each prompt's last row alone (one query row against every key of "
+                            "its prompt, fp32 softmax, instead of every query row: the letters' logits may differ "
+                            "from 'off' in bf16 rounding); 'off' runs the whole attention. Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -120,7 +125,8 @@ FLAGS: list[tuple[str, type | object, str]] = [
 ]
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
-           "down-split": ("auto", "off"), "tail-rows": ("auto", "off")}
+           "down-split": ("auto", "off"), "tail-rows": ("auto", "off"),
+           "tail-attention": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -114,13 +114,15 @@ class CudaBackend:
     attention's output gate goes through its sigmoid in attn_prep, cs1_attn_prep_sigmoid_gate, and the attention
     multiplies by it, cs1_attention_sigmoid_gated) or "off" (the attention's epilogue applies the sigmoid); both
     give the same bytes. `tail_rows` is "auto" (the last layer's row-wise tail, from its output projection through
-    the MLP, runs on each prompt's last row alone: the only rows the read-out uses) or "off" (on every row)."""
+    the MLP, runs on each prompt's last row alone: the only rows the read-out uses) or "off" (on every row).
+    `tail_attention` is "auto" (with the tail on the read-out rows and an attention layer last, that layer's
+    attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off"."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
-                 gate_in_prep: str = "auto", tail_rows: str = "auto"):
+                 gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -152,6 +154,14 @@ class CudaBackend:
         self.tail_rows = tail_rows == "auto"
         self.tail_rows_state = ("the last layer's tail on the read-out rows" if self.tail_rows
                                 else "the last layer's tail on every row (option)")
+        if tail_attention not in ("auto", "off"):
+            raise ValueError(f"tail_attention must be 'auto' or 'off', not {tail_attention!r}")
+        last_is_attention = bool(cfg.layer_types) and cfg.layer_types[-1] != "linear_attention"
+        self.tail_attention = tail_attention == "auto" and self.tail_rows and last_is_attention
+        self.tail_attention_state = (
+            "the last attention at the read-out rows" if self.tail_attention else
+            "off (option)" if tail_attention == "off" else
+            "off (the tail runs on every row)" if not self.tail_rows else "off (the last layer is not attention)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -324,6 +334,10 @@ class CudaBackend:
         if self.tail_rows:  # the read-out rows of the last layer's mixer output and of the residual
             a.add("tail_in", rows * max(self.value_dim, self.hq * self.dh) * BF16)
             a.add("tail_res", rows * h * BF16)
+        if self.tail_attention:
+            self._call("cs1_attention_rows_workspace_bytes", cap, rows, self.hq, self.dh, ws)
+            self.attention_rows_workspace_bytes = int(ws[0])
+            a.add("attn_rows_ws", self.attention_rows_workspace_bytes)
         if self.down_splits:
             a.add("partials", self.down_splits * min(cap, DOWN_SPLIT_MAX_ROWS) * h * F32)
         self.scratch_bytes = a.size
@@ -417,16 +431,23 @@ class CudaBackend:
                      b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
                 v = proj + BF16 * (2 * width + self.hkv * self.dh)
                 scale = 1.0 / math.sqrt(self.dh)
-                if self.gate_in_prep:
+                causal = int(self.attention_mode != "bidirectional")
+                if tail and self.tail_attention:
+                    # the read-out rows' attention alone, written straight into the tail's input rows
+                    L.cs1_attention_gated_rows(b["q"], b["gate"], last, int(self.gate_in_prep), b["k"], v, ld, cu,
+                                               last, n, b["tail_in"], b["attn_rows_ws"],
+                                               self.attention_rows_workspace_bytes, T, self.hq, self.hkv, self.dh,
+                                               scale, causal, s)
+                elif self.gate_in_prep:
                     L.cs1_attention_sigmoid_gated(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq,
-                                                  self.hkv, self.dh, scale, int(self.attention_mode != "bidirectional"),
-                                                  0, s)
+                                                  self.hkv, self.dh, scale, causal, 0, s)
                 else:
                     attention(b["q"], b["k"], v, ld, b["gate"], cu, n, b["ao"], T, self.hq, self.hkv, self.dh, scale,
                               s)
                 mixed, w_out = b["ao"], m.w_o
             if tail:
-                L.cs1_gather_rows(mixed, width, T, last, n, b["tail_in"], width, width, s)
+                if not (self.tail_attention and isinstance(m, _AttentionLayer)):
+                    L.cs1_gather_rows(mixed, width, T, last, n, b["tail_in"], width, width, s)
                 L.cs1_gather_rows(b["res"], h, T, last, n, res, h, h, s)
                 mixed = b["tail_in"]
             L.cs1_gemm(g, mixed, width, w_out, b["delta"], h, rows, h, width, s)
@@ -585,6 +606,7 @@ class CudaBackend:
             "down_split": self.down_split_state,
             "gate_sigmoid": self.gate_in_prep_state,
             "tail_rows": self.tail_rows_state,
+            "tail_attention": self.tail_attention_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

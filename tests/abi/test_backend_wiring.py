@@ -52,6 +52,7 @@ class FakeLibrary(abi.Library):
         self.prep_calls = 0  # cs1_attn_prep and cs1_attn_prep_sigmoid_gate calls
         self.sigmoid_gated_calls = 0  # cs1_attention_sigmoid_gated calls
         self.gather_calls = 0  # cs1_gather_rows calls
+        self.rows_attention_calls = 0  # cs1_attention_gated_rows calls
         self._sigmoid_gate = False
 
     def build_info(self) -> str:
@@ -296,6 +297,41 @@ class FakeLibrary(abi.Library):
         return self._attention(q, k, v, ldv, gate, cu, n, out, T, Hq, Hk, Dh, scale, s, causal=bool(causal),
                                gate_is_sigmoid=True)
 
+    def cs1_attention_rows_workspace_bytes(self, T, n, Hq, Dh, out):
+        out[0] = (T // 64 + n) * Hq * (Dh + 2) * 4
+        return 0
+
+    def cs1_attention_gated_rows(self, q, gate, q_rows, gate_is_sigmoid, k, v, ldv, cu, rows, n, out, ws, wsb, T,
+                                 Hq, Hk, Dh, scale, causal, s):
+        self.rows_attention_calls += 1
+        need = self.ffi.new("size_t *")
+        self.cs1_attention_rows_workspace_bytes(T, n, Hq, Dh, need)
+        assert wsb >= need[0]
+        cuv, qr = self.view(cu, np.int32, n + 1), self.view(q_rows, np.int32, n)
+        kv = self.bf(k, T, Hk * Dh).reshape(T, Hk, Dh)
+        vv = self.bf(v, T, Hk * Dh, ldv).reshape(T, Hk, Dh)
+        o = np.zeros((n, Hq * Dh), np.float32)
+        for i in range(n):
+            a, e = int(cuv[i]), int(cuv[i + 1])
+            if causal:
+                e = min(max(int(self.view(rows, np.int32, n)[i]), a), e - 1) + 1
+            qi = self.bf(q, int(qr[i]) + 1, Hq * Dh)[int(qr[i])].reshape(1, Hq, Dh)
+            gi = self.bf(gate, int(qr[i]) + 1, Hq * Dh)[int(qr[i])]
+            att = self._one_row(qi[0], kv[a:e], vv[a:e], scale)
+            o[i] = rb(att.reshape(-1)) * (gi if gate_is_sigmoid else rb(1.0 / (1.0 + np.exp(-gi))))
+        self.put(out, o, n, Hq * Dh)
+        return 0
+
+    @staticmethod
+    def _one_row(q, k, v, scale):
+        """one query row [Hq, D] over keys k / v [L, Hkv, D] -> [Hq, D] (float64 softmax)"""
+        group = q.shape[0] // k.shape[1]
+        kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, Hq, D]
+        sc = np.einsum("hd,lhd->hl", q.astype(np.float64), kk) * scale
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return np.einsum("hl,lhd->hd", p, vv).astype(np.float32)
+
     def cs1_silu_mul(self, gu, ld, out, T, I, s):
         x = self.bf(gu, T, 2 * I, ld)
         self.put(out, rb(silu(x[:, :I])) * x[:, I:], T, I)
@@ -342,10 +378,10 @@ def tiny_folder_gdn_last(tmp_path_factory):
 
 
 @pytest.mark.parametrize("last_layer", ["attention", "gdn"])
-@pytest.mark.parametrize("tail_rows", ["auto", "off"])
+@pytest.mark.parametrize("tail_rows,tail_attention", [("auto", "auto"), ("auto", "off"), ("off", "auto")])
 @pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
-def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows, last_layer):
+def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows, tail_attention, last_layer):
     folder = request.getfixturevalue("tiny_folder" if last_layer == "attention" else "tiny_folder_gdn_last")
     ck = load_checkpoint(folder, attention_mode=mode, require_tokenizer=False)
     assert ck.config.layer_types[-1] == ("full_attention" if last_layer == "attention" else "linear_attention")
@@ -353,13 +389,19 @@ def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
     with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep,
-                     tail_rows=tail_rows) as be:
+                     tail_rows=tail_rows, tail_attention=tail_attention) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
+        # the last attention at the read-out rows only with the tail there and an attention layer last
+        rows_attention = tail_rows == "auto" and tail_attention == "auto" and last_layer == "attention"
+        assert lib.rows_attention_calls == int(rows_attention)
+        assert (be.describe()["tail_attention"] == "the last attention at the read-out rows") == rows_attention
         # the gate's sigmoid in attn_prep (auto) or in the attention's epilogue (off), never both or neither
-        assert lib.sigmoid_gated_calls == (lib.prep_calls if gate_in_prep == "auto" else 0) and lib.prep_calls > 0
-        # the last layer's tail on the read-out rows: its mixer output and the residual gathered once per forward
-        assert lib.gather_calls == (2 if tail_rows == "auto" else 0)
+        assert lib.prep_calls > 0
+        assert lib.sigmoid_gated_calls == (lib.prep_calls - rows_attention if gate_in_prep == "auto" else 0)
+        # the last layer's tail on the read-out rows: its mixer output (unless the rows' attention wrote it) and the
+        # residual gathered once per forward
+        assert lib.gather_calls == (2 - rows_attention if tail_rows == "auto" else 0)
         single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
         assert lib.split_calls > 0
         print(be.describe())

@@ -42,6 +42,8 @@ def test_environment_twins_and_flag_precedence():
     assert not parse(["--demo", "--no-parallel-tokenize"], {}).parallel_tokenize
     assert Settings().tail_rows == "auto" and parse(["--demo"], {"CS1_TAIL_ROWS": "off"}).tail_rows == "off"
     assert parse(["--demo", "--tail-rows", "auto"], {"CS1_TAIL_ROWS": "off"}).tail_rows == "auto"
+    assert Settings().tail_attention == "auto"
+    assert parse(["--demo"], {"CS1_TAIL_ATTENTION": "off"}).tail_attention == "off"
 
 
 def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
@@ -57,7 +59,8 @@ def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
 @pytest.mark.parametrize("argv,env", [([], {}), (["--demo", "--max-queue", "0"], {}), (["--demo"], {"CS1_PORT": "x"}),
                                       ([], {"CS1_DEMO": "maybe"}), (["--demo"], {"CS1_BACKEND": "tpu"}),
                                       (["--demo", "--token-cache", "-1"], {}), (["--demo"], {"CS1_TOKEN_CACHE": "x"}),
-                                      (["--demo", "--tail-rows", "on"], {}), (["--demo"], {"CS1_TAIL_ROWS": "1"})])
+                                      (["--demo", "--tail-rows", "on"], {}), (["--demo"], {"CS1_TAIL_ROWS": "1"}),
+                                      (["--demo", "--tail-attention", "yes"], {})])
 def test_bad_settings_are_refused_with_a_message(argv, env, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv, env)

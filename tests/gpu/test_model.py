@@ -381,6 +381,33 @@ def test_tail_rows_match_every_row_and_replay_exactly(cs1, tiny_folder, rng):
         CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_rows="on")
 
 
+@pytest.mark.parametrize("mode", ["bidirectional", "causal"])
+def test_tail_attention_matches_every_row_and_replays_exactly(cs1, tiny_folder, rng, mode):
+    """The last attention layer at the read-out rows alone (tail_attention="auto", cs1_attention_gated_rows) against
+    the whole attention (off) and the numpy reference, packed prompts (their last rows) against each alone, graph
+    replay byte-identical to eager; the rows' kernel keeps P in fp32, so only bf16 rounding may move."""
+    ck = load_checkpoint(tiny_folder, attention_mode=mode, require_tokenizer=False)
+    assert ck.config.layer_types[-1] == "full_attention"
+    lengths = [1, 63, 64, 65, 130, 250]
+    rows = random_rows(rng, lengths, ck.config.vocab_size)
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_attention=spec) as be:
+            print(f"{mode} tail_attention={spec}: {be.describe()['tail_attention']}")
+            assert be.tail_attention == (spec == "auto")
+            out[spec] = be._forward(rows, use_graph=False)  # one packed forward: 6 read-out rows of 573
+            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
+            compare(f"{mode} tail_attention={spec}: packed vs alone", out[spec], alone, lengths)
+            be._forward(rows, use_graph=True)  # eager + capture
+            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    compare(f"{mode} tail attention vs reference", out["auto"], ref, lengths)
+    compare(f"{mode} tail attention vs every query row", out["auto"], out["off"], lengths)
+    print(f"{mode} tail attention vs every query row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+    with pytest.raises(ValueError):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_attention="on")
+
+
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
     """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
     GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""
