@@ -125,7 +125,9 @@ BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batch
                     ("gate-in-prep", "gate_in_prep", "the attention gate's sigmoid in attn_prep (off: the attention)"),
                     ("tail-rows", "tail_rows", "the last layer's tail on the read-out rows only (off: every row)"),
                     ("tail-attention", "tail_attention",
-                     "the last attention at the read-out rows only, with the tail there (off: every query row)"))
+                     "the last attention at the read-out rows only, with the tail there (off: every query row)"),
+                    ("tail-query", "tail_query",
+                     "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"))
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -146,7 +148,7 @@ def settings_of_b(args) -> bool:
 
 def describe_settings(b) -> str:
     return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}, "
-            f"tail attention {b.tail_attention_state}")
+            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}")
 
 
 def summary(times: list[float]) -> dict:

@@ -51,6 +51,14 @@ for T in [int(a) for a in sys.argv[1:]]:
                                    f32(up(inv.astype(np.float32))), q, gate, k, T, Hq, Hk, Dh, 64, 1e-6, stream)
     for causal in (0, 1):
         lib.cs1_attention_sigmoid_gated(q, k, v, ld_a, gate, d_cu, 3, o, T, Hq, Hk, Dh, Dh ** -0.5, causal, 0, stream)
+    # keys alone at every row and queries alone at the read-out rows (tail_query: attn_prep with Hq = 0 / Hk = 0)
+    lib.cs1_attn_prep_sigmoid_gate(ffi.cast("char *", qkv) + 2 * 2 * Hq * Dh, ld_a, up(rb(Dh, scale=0.1)),
+                                   up(rb(Dh, scale=0.1)), d_pos, f32(up(inv.astype(np.float32))), q, gate, k, T, 0,
+                                   Hk, Dh, 64, 1e-6, stream)
+    qg_rows = up(rb(3, 2 * Hq * Dh))
+    lib.cs1_attn_prep_sigmoid_gate(qg_rows, 2 * Hq * Dh, up(rb(Dh, scale=0.1)), up(rb(Dh, scale=0.1)),
+                                   i32(up((np.array(lens) - 1).astype(np.int32))), f32(up(inv.astype(np.float32))),
+                                   q, gate, k, 3, Hq, 0, Dh, 64, 1e-6, stream)
     # the read-out rows' attention (each prompt's last row; causal from a row inside the prompt), with the workspace
     # sized exactly
     rows_ws = ffi.new("size_t *")

@@ -31,6 +31,7 @@ class Settings:
     down_split: str = "auto"
     tail_rows: str = "auto"
     tail_attention: str = "auto"
+    tail_query: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -106,6 +107,10 @@ FLAGS: list[tuple[str, type | object, str]] = [
                             "layer's attention for each prompt's last row alone (one query row against every key of "
                             "its prompt, fp32 softmax, instead of every query row: the letters' logits may differ "
                             "from 'off' in bf16 rounding); 'off' runs the whole attention. Shown in /info"),
+    ("tail-query", str, "cuda backend: with --tail-attention auto, 'auto' runs that layer's query / gate projection "
+                        "and its norm and RoPE at the read-out rows alone for prompts of 512 padded tokens and more "
+                        "(keys and values still at every row; bf16 rounding may move); 'off' at every row. Shown in "
+                        "/info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -126,7 +131,7 @@ FLAGS: list[tuple[str, type | object, str]] = [
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
            "down-split": ("auto", "off"), "tail-rows": ("auto", "off"),
-           "tail-attention": ("auto", "off")}
+           "tail-attention": ("auto", "off"), "tail-query": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -44,6 +44,9 @@ MAX_GRAPHS = 128
 # would cost. The last layer's down keeps the plain GEMM (the read-out adds its delta).
 DOWN_SPLITS = 3
 DOWN_SPLIT_MAX_ROWS = 256
+# From this many padded rows the last attention layer's q / gate projection and prep run at the read-out rows alone
+# (keys and values still at every row): below it the extra GEMM launch and gather cost more than the rows saved.
+TAIL_QUERY_MIN_ROWS = 512
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
@@ -116,13 +119,16 @@ class CudaBackend:
     give the same bytes. `tail_rows` is "auto" (the last layer's row-wise tail, from its output projection through
     the MLP, runs on each prompt's last row alone: the only rows the read-out uses) or "off" (on every row).
     `tail_attention` is "auto" (with the tail on the read-out rows and an attention layer last, that layer's
-    attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off"."""
+    attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off".
+    `tail_query` is "auto" (with that, from TAIL_QUERY_MIN_ROWS padded rows, the last attention's q / gate
+    projection and prep run at the read-out rows alone; keys and values at every row) or "off"."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
-                 gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto"):
+                 gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto",
+                 tail_query: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -162,6 +168,12 @@ class CudaBackend:
             "the last attention at the read-out rows" if self.tail_attention else
             "off (option)" if tail_attention == "off" else
             "off (the tail runs on every row)" if not self.tail_rows else "off (the last layer is not attention)")
+        if tail_query not in ("auto", "off"):
+            raise ValueError(f"tail_query must be 'auto' or 'off', not {tail_query!r}")
+        self.tail_query = tail_query == "auto" and self.tail_attention
+        self.tail_query_state = (f"the last q / gate projection at the read-out rows from {TAIL_QUERY_MIN_ROWS} rows"
+                                 if self.tail_query else "off (option)" if tail_query == "off" else
+                                 "off (the last attention runs on every row)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -310,7 +322,8 @@ class CudaBackend:
     def _allocate_scratch(self) -> None:
         cfg, cap, rows = self.config, self.max_tokens, self.max_rows
         h = cfg.hidden_size
-        self.io_ints = 2 * cap + 3 * rows + 1  # ids | positions | cu_seqlens | last_rows | 0..n-1
+        # ids | positions | cu_seqlens | last_rows | 0..n-1 | the last rows' positions
+        self.io_ints = 2 * cap + 4 * rows + 1
         ws = self.ffi.new("size_t *")
         self._call("cs1_gdn_workspace_bytes", cap, rows, self.hv, ws)
         self.gdn_workspace_bytes = int(ws[0])
@@ -338,6 +351,9 @@ class CudaBackend:
             self._call("cs1_attention_rows_workspace_bytes", cap, rows, self.hq, self.dh, ws)
             self.attention_rows_workspace_bytes = int(ws[0])
             a.add("attn_rows_ws", self.attention_rows_workspace_bytes)
+        if self.tail_query:  # the read-out rows of the last attention's input and their q | gate projection
+            a.add("tail_x", rows * h * BF16)
+            a.add("tail_qg", rows * 2 * self.hq * self.dh * BF16)
         if self.down_splits:
             a.add("partials", self.down_splits * min(cap, DOWN_SPLIT_MAX_ROWS) * h * F32)
         self.scratch_bytes = a.size
@@ -386,6 +402,7 @@ class CudaBackend:
         v[2 * T:2 * T + n + 1] = cu
         v[2 * T + n + 1:2 * T + 2 * n + 1] = cu[1:] - 1
         v[2 * T + 2 * n + 1:2 * T + 3 * n + 1] = np.arange(n)
+        v[2 * T + 3 * n + 1:2 * T + 4 * n + 1] = lengths - 1
         return T, n
 
     def _enqueue(self, T: int, n: int) -> None:
@@ -398,7 +415,8 @@ class CudaBackend:
         cu = ffi.cast("int32_t *", io + 8 * T)
         last = ffi.cast("int32_t *", io + 8 * T + 4 * (n + 1))
         iota = ffi.cast("int32_t *", io + 8 * T + 4 * (2 * n + 1))
-        L.cs1_upload_async(io, self.host_io, (2 * T + 3 * n + 1) * I32, s)
+        last_pos = ffi.cast("int32_t *", io + 8 * T + 4 * (3 * n + 1))
+        L.cs1_upload_async(io, self.host_io, (2 * T + 4 * n + 1) * I32, s)
         L.cs1_embed(ids, self.embed, b["res"], T, h, cfg.vocab_size, s)
         L.cs1_rms_norm(b["res"], self.layers[0].input_norm, b["x"], T, h, eps, s)
         attention = (L.cs1_attention_gated_bidirectional if self.attention_mode == "bidirectional"
@@ -425,16 +443,31 @@ class CudaBackend:
             else:
                 proj, ld = b["proj"], self.n_attn
                 width = self.hq * self.dh
-                L.cs1_gemm(g, b["x"], h, m.w_qkv, proj, ld, T, self.n_attn, h, s)
                 prep = L.cs1_attn_prep_sigmoid_gate if self.gate_in_prep else L.cs1_attn_prep
-                prep(proj, ld, m.q_norm, m.k_norm, positions, ffi.cast("float *", self.inv_freq), b["q"], b["gate"],
-                     b["k"], T, self.hq, self.hkv, self.dh, cfg.rotary_dim, eps, s)
+                inv_freq = ffi.cast("float *", self.inv_freq)
+                q_rows = last
+                if tail and self.tail_query and T >= TAIL_QUERY_MIN_ROWS:
+                    # keys and values at every row; queries and gates at the read-out rows (rows 0..n-1 of q, gate)
+                    qg = 2 * width  # the q | gate columns come first in the projection row and its weights
+                    w_kv = ffi.cast("char *", m.w_qkv) + BF16 * qg * h
+                    L.cs1_gemm(g, b["x"], h, w_kv, proj + BF16 * qg, ld, T, ld - qg, h, s)
+                    prep(proj + BF16 * qg, ld, m.q_norm, m.k_norm, positions, inv_freq, b["q"], b["gate"], b["k"],
+                         T, 0, self.hkv, self.dh, cfg.rotary_dim, eps, s)
+                    L.cs1_gather_rows(b["x"], h, T, last, n, b["tail_x"], h, h, s)
+                    L.cs1_gemm(g, b["tail_x"], h, m.w_qkv, b["tail_qg"], qg, n, qg, h, s)
+                    prep(b["tail_qg"], qg, m.q_norm, m.k_norm, last_pos, inv_freq, b["q"], b["gate"], b["k"], n,
+                         self.hq, 0, self.dh, cfg.rotary_dim, eps, s)
+                    q_rows = iota
+                else:
+                    L.cs1_gemm(g, b["x"], h, m.w_qkv, proj, ld, T, self.n_attn, h, s)
+                    prep(proj, ld, m.q_norm, m.k_norm, positions, inv_freq, b["q"], b["gate"], b["k"], T, self.hq,
+                         self.hkv, self.dh, cfg.rotary_dim, eps, s)
                 v = proj + BF16 * (2 * width + self.hkv * self.dh)
                 scale = 1.0 / math.sqrt(self.dh)
                 causal = int(self.attention_mode != "bidirectional")
                 if tail and self.tail_attention:
                     # the read-out rows' attention alone, written straight into the tail's input rows
-                    L.cs1_attention_gated_rows(b["q"], b["gate"], last, int(self.gate_in_prep), b["k"], v, ld, cu,
+                    L.cs1_attention_gated_rows(b["q"], b["gate"], q_rows, int(self.gate_in_prep), b["k"], v, ld, cu,
                                                last, n, b["tail_in"], b["attn_rows_ws"],
                                                self.attention_rows_workspace_bytes, T, self.hq, self.hkv, self.dh,
                                                scale, causal, s)
@@ -607,6 +640,7 @@ class CudaBackend:
             "gate_sigmoid": self.gate_in_prep_state,
             "tail_rows": self.tail_rows_state,
             "tail_attention": self.tail_attention_state,
+            "tail_query": self.tail_query_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from startlux_native import abi, bf16
+from startlux_native import abi, bf16, cuda_backend
 from startlux_native.checkpoint import load_checkpoint
 from startlux_native.cuda_backend import CudaBackend
 from startlux_native.reference import ReferenceBackend, attention, gated_delta_rule_chunked
@@ -378,10 +378,13 @@ def tiny_folder_gdn_last(tmp_path_factory):
 
 
 @pytest.mark.parametrize("last_layer", ["attention", "gdn"])
-@pytest.mark.parametrize("tail_rows,tail_attention", [("auto", "auto"), ("auto", "off"), ("off", "auto")])
+@pytest.mark.parametrize("tail_rows,tail_attention,tail_query", [("auto", "auto", "auto"), ("auto", "auto", "off"),
+                                                                 ("auto", "off", "auto"), ("off", "auto", "auto")])
 @pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
-def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows, tail_attention, last_layer):
+def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_prep, tail_rows, tail_attention,
+                                          tail_query, last_layer):
+    monkeypatch.setattr(cuda_backend, "TAIL_QUERY_MIN_ROWS", 0)  # the query at the read-out rows at every length
     folder = request.getfixturevalue("tiny_folder" if last_layer == "attention" else "tiny_folder_gdn_last")
     ck = load_checkpoint(folder, attention_mode=mode, require_tokenizer=False)
     assert ck.config.layer_types[-1] == ("full_attention" if last_layer == "attention" else "linear_attention")
@@ -389,19 +392,23 @@ def test_backend_wiring_matches_reference(request, mode, gate_in_prep, tail_rows
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
     with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep,
-                     tail_rows=tail_rows, tail_attention=tail_attention) as be:
+                     tail_rows=tail_rows, tail_attention=tail_attention, tail_query=tail_query) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
         # the last attention at the read-out rows only with the tail there and an attention layer last
         rows_attention = tail_rows == "auto" and tail_attention == "auto" and last_layer == "attention"
         assert lib.rows_attention_calls == int(rows_attention)
         assert (be.describe()["tail_attention"] == "the last attention at the read-out rows") == rows_attention
+        # and its q / gate projection and prep at those rows (a second prep call, and the input rows gathered)
+        rows_query = rows_attention and tail_query == "auto"
+        assert (be.describe()["tail_query"].startswith("the last q / gate")) == rows_query
         # the gate's sigmoid in attn_prep (auto) or in the attention's epilogue (off), never both or neither
-        assert lib.prep_calls > 0
-        assert lib.sigmoid_gated_calls == (lib.prep_calls - rows_attention if gate_in_prep == "auto" else 0)
+        n_attention = ck.config.layer_types.count("full_attention")
+        assert lib.prep_calls == n_attention + rows_query
+        assert lib.sigmoid_gated_calls == (n_attention - rows_attention if gate_in_prep == "auto" else 0)
         # the last layer's tail on the read-out rows: its mixer output (unless the rows' attention wrote it) and the
         # residual gathered once per forward
-        assert lib.gather_calls == (2 - rows_attention if tail_rows == "auto" else 0)
+        assert lib.gather_calls == (2 - rows_attention + rows_query if tail_rows == "auto" else 0)
         single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
         assert lib.split_calls > 0
         print(be.describe())

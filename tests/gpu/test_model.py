@@ -408,6 +408,36 @@ def test_tail_attention_matches_every_row_and_replays_exactly(cs1, tiny_folder, 
         CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_attention="on")
 
 
+@pytest.mark.parametrize("min_rows", [None, 0])
+def test_tail_query_matches_every_row_and_replays_exactly(cs1, tiny_folder, rng, monkeypatch, min_rows):
+    """The last attention's q / gate projection and prep at the read-out rows (tail_query="auto", from
+    TAIL_QUERY_MIN_ROWS padded rows; 0: at every length) against every row (off), the numpy reference and each
+    prompt alone, graph replay byte-identical to eager; the q / gate GEMM runs at M = n, so only bf16 rounding moves."""
+    from startlux_native import cuda_backend
+
+    if min_rows is not None:
+        monkeypatch.setattr(cuda_backend, "TAIL_QUERY_MIN_ROWS", min_rows)
+    ck = load_checkpoint(tiny_folder, attention_mode="causal", require_tokenizer=False)
+    lengths = [1, 63, 64, 65, 130, 250]  # 573 rows: padded 576, above the default threshold
+    rows = random_rows(rng, lengths, ck.config.vocab_size)
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_query=spec) as be:
+            print(f"tail_query={spec} (min rows {cuda_backend.TAIL_QUERY_MIN_ROWS}): {be.describe()['tail_query']}")
+            assert be.tail_query == (spec == "auto")
+            out[spec] = be._forward(rows, use_graph=False)
+            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
+            compare(f"tail_query={spec}: packed vs alone", out[spec], alone, lengths)
+            be._forward(rows, use_graph=True)  # eager + capture
+            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    compare("tail query vs reference", out["auto"], ref, lengths)
+    compare("tail query vs every row", out["auto"], out["off"], lengths)
+    print(f"tail query vs every row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+    with pytest.raises(ValueError):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_query="on")
+
+
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
     """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
     GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""
