@@ -47,6 +47,7 @@ DOWN_SPLIT_MAX_ROWS = 256
 # From this many padded rows the last attention layer's q / gate projection and prep run at the read-out rows alone
 # (keys and values still at every row): below it the extra GEMM launch and gather cost more than the rows saved.
 TAIL_QUERY_MIN_ROWS = 512
+ROWS_ATTENTION_GROUPS = (1, 2, 4)  # query heads per kv head that cs1_attention_gated_rows implements
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
@@ -163,11 +164,15 @@ class CudaBackend:
         if tail_attention not in ("auto", "off"):
             raise ValueError(f"tail_attention must be 'auto' or 'off', not {tail_attention!r}")
         last_is_attention = bool(cfg.layer_types) and cfg.layer_types[-1] != "linear_attention"
-        self.tail_attention = tail_attention == "auto" and self.tail_rows and last_is_attention
+        group = cfg.num_attention_heads // cfg.num_key_value_heads
+        self.tail_attention = (tail_attention == "auto" and self.tail_rows and last_is_attention
+                               and group in ROWS_ATTENTION_GROUPS)
         self.tail_attention_state = (
             "the last attention at the read-out rows" if self.tail_attention else
             "off (option)" if tail_attention == "off" else
-            "off (the tail runs on every row)" if not self.tail_rows else "off (the last layer is not attention)")
+            "off (the tail runs on every row)" if not self.tail_rows else
+            "off (the last layer is not attention)" if not last_is_attention else
+            f"off (query heads per kv head {group}: the rows' kernel takes 1, 2 or 4)")
         if tail_query not in ("auto", "off"):
             raise ValueError(f"tail_query must be 'auto' or 'off', not {tail_query!r}")
         self.tail_query = tail_query == "auto" and self.tail_attention

@@ -424,3 +424,21 @@ def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_pr
     sep = np.abs(probs(single) - pg[:3]).max()
     print(f"{mode}: rows alone vs packed: max |dp| {sep:.2e}")
     assert sep <= 1e-5, "a row's result depends on the other rows of the call"
+
+
+def test_tail_attention_steps_aside_for_an_unsupported_query_group(tmp_path):
+    """8 query heads per kv head: the rows' kernel refuses that group, so the backend keeps the whole attention (and
+    says why in /info) instead of failing at the first forward."""
+    cfg = dict(TINY, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=1)
+    folder = scale_projection_matrices(make_tiny_checkpoint(tmp_path / "ckpt", seed=5, with_tokenizer=False,
+                                                            with_decision_config=True, **cfg))
+    ck = load_checkpoint(folder, attention_mode="bidirectional", require_tokenizer=False)
+    rows = [np.arange(100, 100 + n, dtype=np.int32) for n in (3, 70)]
+    lib = FakeLibrary()
+    with CudaBackend(ck, library=lib, max_tokens=256, max_rows=4, graphs=False) as be:
+        assert not be.tail_attention and not be.tail_query
+        assert be.describe()["tail_attention"].startswith("off (query heads per kv head 8")
+        got = be.letter_logits(rows)
+    assert lib.rows_attention_calls == 0
+    ref = ReferenceBackend(ck).letter_logits(rows)
+    assert np.abs(probs(got) - probs(ref)).max() <= 0.02
