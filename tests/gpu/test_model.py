@@ -356,29 +356,40 @@ def test_down_split_matches_reference_and_replays_exactly(cs1, tiny_folder, rng)
         CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, down_split="on")
 
 
+def setting_off_and_auto(cs1, ck, rows, lengths, name: str) -> dict[str, np.ndarray]:
+    """One packed forward of `rows` with CudaBackend's setting `name` "off" and "auto": the backend reports the
+    setting, the packed prompts match each run alone (parity tolerance), graph replay gives the eager bytes, and
+    "on" is refused. Returns the packed forward's logits per setting."""
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, **{name: spec}) as be:
+            print(f"{name}={spec}: {be.describe()[name]}")
+            assert getattr(be, name) == (spec == "auto")
+            out[spec] = be._forward(rows, use_graph=False)
+            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
+            compare(f"{name}={spec}: packed vs alone", out[spec], alone, lengths)
+            be._forward(rows, use_graph=True)  # eager + capture
+            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
+    with pytest.raises(ValueError):
+        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, **{name: "on"})
+    return out
+
+
+def auto_against_reference_and_off(label: str, ck, rows, lengths, out: dict[str, np.ndarray]) -> None:
+    compare(f"{label} vs reference", out["auto"], ReferenceBackend(ck).letter_logits(rows), lengths)
+    compare(f"{label} vs off", out["auto"], out["off"], lengths)
+    print(f"{label} vs off: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+
+
 def test_tail_rows_match_every_row_and_replay_exactly(cs1, tiny_folder, rng):
     """The last layer's tail (o projection, norm, MLP) on the read-out rows alone (tail_rows="auto") against every
     row (off) and the numpy reference, packed prompts included (their last rows gathered), graph replay
     byte-identical to eager; the GEMMs run at M = n rows, so only bf16 rounding may move."""
     ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
-    lengths = [1, 63, 64, 65, 130, 250]
+    lengths = [1, 63, 64, 65, 130, 250]  # one packed forward: 6 read-out rows of 573
     rows = random_rows(rng, lengths, ck.config.vocab_size)
-    out = {}
-    for spec in ("off", "auto"):
-        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_rows=spec) as be:
-            print(f"tail_rows={spec}: {be.describe()['tail_rows']}")
-            assert be.tail_rows == (spec == "auto")
-            out[spec] = be._forward(rows, use_graph=False)  # one packed forward: 6 read-out rows of 573
-            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
-            compare(f"tail_rows={spec}: packed vs alone", out[spec], alone, lengths)
-            be._forward(rows, use_graph=True)  # eager + capture
-            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
-    ref = ReferenceBackend(ck).letter_logits(rows)
-    compare("tail rows vs reference", out["auto"], ref, lengths)
-    compare("tail rows vs every row", out["auto"], out["off"], lengths)
-    print(f"tail rows vs every row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
-    with pytest.raises(ValueError):
-        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_rows="on")
+    out = setting_off_and_auto(cs1, ck, rows, lengths, "tail_rows")
+    auto_against_reference_and_off("tail rows", ck, rows, lengths, out)
 
 
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
@@ -390,22 +401,8 @@ def test_tail_attention_matches_every_row_and_replays_exactly(cs1, tiny_folder, 
     assert ck.config.layer_types[-1] == "full_attention"
     lengths = [1, 63, 64, 65, 130, 250]
     rows = random_rows(rng, lengths, ck.config.vocab_size)
-    out = {}
-    for spec in ("off", "auto"):
-        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_attention=spec) as be:
-            print(f"{mode} tail_attention={spec}: {be.describe()['tail_attention']}")
-            assert be.tail_attention == (spec == "auto")
-            out[spec] = be._forward(rows, use_graph=False)  # one packed forward: 6 read-out rows of 573
-            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
-            compare(f"{mode} tail_attention={spec}: packed vs alone", out[spec], alone, lengths)
-            be._forward(rows, use_graph=True)  # eager + capture
-            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
-    ref = ReferenceBackend(ck).letter_logits(rows)
-    compare(f"{mode} tail attention vs reference", out["auto"], ref, lengths)
-    compare(f"{mode} tail attention vs every query row", out["auto"], out["off"], lengths)
-    print(f"{mode} tail attention vs every query row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
-    with pytest.raises(ValueError):
-        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_attention="on")
+    out = setting_off_and_auto(cs1, ck, rows, lengths, "tail_attention")
+    auto_against_reference_and_off(f"{mode} tail attention", ck, rows, lengths, out)
 
 
 @pytest.mark.parametrize("min_rows", [None, 0])
@@ -420,22 +417,9 @@ def test_tail_query_matches_every_row_and_replays_exactly(cs1, tiny_folder, rng,
     ck = load_checkpoint(tiny_folder, attention_mode="causal", require_tokenizer=False)
     lengths = [1, 63, 64, 65, 130, 250]  # 573 rows: padded 576, above the default threshold
     rows = random_rows(rng, lengths, ck.config.vocab_size)
-    out = {}
-    for spec in ("off", "auto"):
-        with CudaBackend(ck, library=cs1, max_tokens=1024, max_rows=8, graphs=True, tail_query=spec) as be:
-            print(f"tail_query={spec} (min rows {cuda_backend.TAIL_QUERY_MIN_ROWS}): {be.describe()['tail_query']}")
-            assert be.tail_query == (spec == "auto")
-            out[spec] = be._forward(rows, use_graph=False)
-            alone = np.concatenate([be._forward([r], use_graph=False) for r in rows])
-            compare(f"tail_query={spec}: packed vs alone", out[spec], alone, lengths)
-            be._forward(rows, use_graph=True)  # eager + capture
-            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
-    ref = ReferenceBackend(ck).letter_logits(rows)
-    compare("tail query vs reference", out["auto"], ref, lengths)
-    compare("tail query vs every row", out["auto"], out["off"], lengths)
-    print(f"tail query vs every row: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
-    with pytest.raises(ValueError):
-        CudaBackend(ck, library=cs1, max_tokens=64, max_rows=2, graphs=False, tail_query="on")
+    out = setting_off_and_auto(cs1, ck, rows, lengths, "tail_query")
+    auto_against_reference_and_off(f"tail query (min rows {cuda_backend.TAIL_QUERY_MIN_ROWS})", ck, rows, lengths,
+                                   out)
 
 
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
