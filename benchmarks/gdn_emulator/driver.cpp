@@ -55,7 +55,11 @@ int main(int argc, char **argv) {
 #ifdef GDN_PREP_INDEX
                (const int32_t *)(prep_indexes ? cu : nullptr),
 #endif
-               int(n), int(T), int(H), int(HK), ws, lay, o);
+               int(n), int(T), int(H), int(HK),
+#ifdef GDN_PREP_P
+               scale, int(GDN_WALK_PIN),
+#endif
+               ws, lay, o);
     if (getenv("GDN_EMU_DUMP_UW")) {  // check.py --prep-precision: prep's U and W, before a walk without O overwrites U
         writef(dir + "/u.bin", ws + lay.u, lay.w - lay.u);
         writef(dir + "/w.bin", ws + lay.w, lay.s0 - lay.w);
