@@ -127,8 +127,7 @@ BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batch
                     ("tail-attention", "tail_attention",
                      "the last attention at the read-out rows only, with the tail there (off: every query row)"),
                     ("tail-query", "tail_query",
-                     "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"),
-                    ("tail-gemv", "tail_gemv", "the tail's projections as cs1_gemv up to 4 prompts (off: cuBLASLt)"))
+                     "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"))
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -149,7 +148,7 @@ def settings_of_b(args) -> bool:
 
 def describe_settings(b) -> str:
     return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}, "
-            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}, tail gemv {b.tail_gemv_state}")
+            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}")
 
 
 def summary(times: list[float]) -> dict:

@@ -27,7 +27,7 @@ FORWARD_OPS = ("cs1_upload_async", "cs1_embed", "cs1_rms_norm", "cs1_gemm", "cs1
                "cs1_gated_rms_norm", "cs1_attn_prep", "cs1_attention_gated_bidirectional", "cs1_attention_gated",
                "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async",
                "cs1_gemm_split_f32", "cs1_add_partials_rms_norm", "cs1_attn_prep_sigmoid_gate",
-               "cs1_attention_sigmoid_gated", "cs1_gather_rows", "cs1_attention_gated_rows", "cs1_gemv")
+               "cs1_attention_sigmoid_gated", "cs1_gather_rows", "cs1_attention_gated_rows")
 
 
 class EventLib:
@@ -51,8 +51,6 @@ class EventLib:
                     label += " after attention"  # o: the same shape as the GDN layers' out projection
                 if any(lbl == "gather_rows" for lbl, _ in self.events):
                     label += " tail"  # the last layer's tail on the read-out rows
-            elif name == "cs1_gemv":
-                label = f"gemv {args[6]}x{args[7]} tail"  # N x K, the tail's projections at a few rows
             elif name == "cs1_gemm_split_f32":
                 label = f"gemm {args[6]}x{args[7]} split"  # N x K, the down projection's K batches
             elif name == "cs1_attn_prep_sigmoid_gate":

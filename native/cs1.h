@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 10
+#define CS1_ABI_VERSION 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -220,12 +220,6 @@ int cs1_gemm(void *gemm, const void *x, int64_t ldx, const void *w, void *y, int
  * 8), N % 4 == 0; the caller adds the partials (cs1_add_partials_rms_norm). Plans: cuBLASLt's first choice. */
 int cs1_gemm_split_f32(void *gemm, const void *x, int64_t ldx, const void *w, float *partials, int64_t M, int64_t N,
                        int64_t K, int32_t splits, void *stream);
-/* the same product for a few rows without cuBLASLt (native/gemv.cu): M <= 4, one warp per 2 weight rows streaming
- * them once; fp32 sums in a fixed order (per lane along K, then across the warp), one bf16 rounding per output.
- * K % 8 == 0, ldx % 8 == 0, x and w 16-byte aligned, y 2-byte aligned; M = 0 or N = 0 does nothing. For the read-out
- * rows' projections of the last layer (CudaBackend tail_gemv). */
-int cs1_gemv(const void *x, int64_t ldx, const void *w, void *y, int64_t ldy, int64_t M, int64_t N, int64_t K,
-             void *stream);
 /* opt-in: new plans time `candidates` heuristics on the call's operands and wait for the stream; 0 = off (gemm.cu) */
 int cs1_gemm_tune(void *gemm, int32_t candidates, int32_t repeats);
 /* Pin the plans this handle makes from now on for (M, N, K), any ld or alignment, to cuBLASLt's heuristic #rank

@@ -97,8 +97,6 @@ for T in [int(a) for a in sys.argv[1:]]:
     hg = ffi.new("void **")
     lib.cs1_gemm_create(32 << 20, hg)
     lib.cs1_gemm(hg[0], act, 9216, up(rb(2560, 9216, scale=0.01)), out, 2560, T, 2560, 9216, stream)
-    for m in (1, 3):  # the tail's projections at a few rows (down's shape, K = 9216)
-        lib.cs1_gemv(act, 9216, up(rb(2560, 9216, scale=0.01)), out2, 2560, m, 2560, 9216, stream)
     tail = empty(3 * 2560 * 2)  # the read-out rows, one of them outside [0, T) (a row of zeros)
     lib.cs1_gather_rows(out, 2560, T, i32(up(np.array([T - 1, 0, T + 5], np.int32))), 3, tail, 2560, 2560, stream)
     logits = f32(empty(3 * 26 * 4))

@@ -32,7 +32,6 @@ class Settings:
     tail_rows: str = "auto"
     tail_attention: str = "auto"
     tail_query: str = "auto"
-    tail_gemv: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -112,10 +111,6 @@ FLAGS: list[tuple[str, type | object, str]] = [
                         "and its norm and RoPE at the read-out rows alone for prompts of 512 padded tokens and more "
                         "(keys and values still at every row; bf16 rounding may move); 'off' at every row. Shown in "
                         "/info"),
-    ("tail-gemv", str, "cuda backend: with --tail-rows auto, 'auto' runs the last layer's projections at the read-out "
-                       "rows with the library's own few-row kernel (cs1_gemv) instead of cuBLASLt when a forward holds "
-                       "at most 4 prompts (another fp32 sum order: bf16 rounding may move); 'off' keeps cuBLASLt. "
-                       "Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -136,8 +131,7 @@ FLAGS: list[tuple[str, type | object, str]] = [
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
            "down-split": ("auto", "off"), "tail-rows": ("auto", "off"),
-           "tail-attention": ("auto", "off"), "tail-query": ("auto", "off"),
-           "tail-gemv": ("auto", "off")}
+           "tail-attention": ("auto", "off"), "tail-query": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -48,7 +48,6 @@ DOWN_SPLIT_MAX_ROWS = 256
 # (keys and values still at every row): below it the extra GEMM launch and gather cost more than the rows saved.
 TAIL_QUERY_MIN_ROWS = 512
 ROWS_ATTENTION_GROUPS = (1, 2, 4)  # query heads per kv head that cs1_attention_gated_rows implements
-GEMV_MAX_ROWS = 4  # cs1_gemv takes up to this many rows
 PAD_TOKEN = PAD_TOKEN_ID  # falls back to 0 for tiny vocabularies
 
 
@@ -123,16 +122,14 @@ class CudaBackend:
     `tail_attention` is "auto" (with the tail on the read-out rows and an attention layer last, that layer's
     attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off".
     `tail_query` is "auto" (with that, from TAIL_QUERY_MIN_ROWS padded rows, the last attention's q / gate
-    projection and prep run at the read-out rows alone; keys and values at every row) or "off". `tail_gemv` is
-    "auto" (with the tail on the read-out rows, its projections run as cs1_gemv, not cuBLASLt, when a forward has at
-    most GEMV_MAX_ROWS prompts) or "off"."""
+    projection and prep run at the read-out rows alone; keys and values at every row) or "off"."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
                  gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto",
-                 tail_query: str = "auto", tail_gemv: str = "auto"):
+                 tail_query: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -182,11 +179,6 @@ class CudaBackend:
         self.tail_query_state = (f"the last q / gate projection at the read-out rows from {TAIL_QUERY_MIN_ROWS} rows"
                                  if self.tail_query else "off (option)" if tail_query == "off" else
                                  "off (the last attention runs on every row)")
-        if tail_gemv not in ("auto", "off"):
-            raise ValueError(f"tail_gemv must be 'auto' or 'off', not {tail_gemv!r}")
-        self.tail_gemv = tail_gemv == "auto" and self.tail_rows
-        self.tail_gemv_state = (f"the tail's projections as cs1_gemv up to {GEMV_MAX_ROWS} prompts" if self.tail_gemv
-                                else "off (option)" if tail_gemv == "off" else "off (the tail runs on every row)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -418,16 +410,6 @@ class CudaBackend:
         v[2 * T + 3 * n + 1:2 * T + 4 * n + 1] = lengths - 1
         return T, n
 
-    def _gemm(self, x, ldx, w, y, ldy, M: int, N: int, K: int) -> None:
-        self.lib.cs1_gemm(self.gemm, x, ldx, w, y, ldy, M, N, K, self.stream)
-
-    def _tail_gemm(self, x, ldx, w, y, ldy, M: int, N: int, K: int) -> None:
-        """A projection of the last layer's tail (M = the read-out rows): cs1_gemv at a few rows, else cuBLASLt."""
-        if self.tail_gemv and M <= GEMV_MAX_ROWS:
-            self.lib.cs1_gemv(x, ldx, w, y, ldy, M, N, K, self.stream)
-        else:
-            self._gemm(x, ldx, w, y, ldy, M, N, K)
-
     def _enqueue(self, T: int, n: int) -> None:
         """Queue the whole forward for the prepared inputs (queue-only: capturable into a CUDA graph)."""
         cfg, L, ffi, s, g = self.config, self.lib, self.ffi, self.stream, self.gemm
@@ -477,7 +459,7 @@ class CudaBackend:
                     prep(proj + BF16 * qg, ld, m.q_norm, m.k_norm, positions, inv_freq, b["q"], b["gate"], b["k"],
                          T, 0, self.hkv, self.dh, cfg.rotary_dim, eps, s)
                     L.cs1_gather_rows(b["x"], h, T, last, n, b["tail_x"], h, h, s)
-                    self._tail_gemm(b["tail_x"], h, m.w_qkv, b["tail_qg"], qg, n, qg, h)
+                    L.cs1_gemm(g, b["tail_x"], h, m.w_qkv, b["tail_qg"], qg, n, qg, h, s)
                     prep(b["tail_qg"], qg, m.q_norm, m.k_norm, last_pos, inv_freq, b["q"], b["gate"], b["k"], n,
                          self.hq, 0, self.dh, cfg.rotary_dim, eps, s)
                     q_rows = iota
@@ -506,18 +488,17 @@ class CudaBackend:
                     L.cs1_gather_rows(mixed, width, T, last, n, b["tail_in"], width, width, s)
                 L.cs1_gather_rows(b["res"], h, T, last, n, res, h, h, s)
                 mixed = b["tail_in"]
-            gemm = self._tail_gemm if tail else self._gemm
-            gemm(mixed, width, w_out, b["delta"], h, rows, h, width)
+            L.cs1_gemm(g, mixed, width, w_out, b["delta"], h, rows, h, width, s)
             L.cs1_add_rms_norm(res, b["delta"], layer.post_norm, b["x"], rows, h, eps, s)
             inter = cfg.intermediate_size
-            gemm(b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, rows, self.n_mlp, h)
+            L.cs1_gemm(g, b["x"], h, layer.w_gate_up, b["proj"], self.n_mlp, rows, self.n_mlp, h, s)
             L.cs1_silu_mul(b["proj"], self.n_mlp, b["act"], rows, inter, s)
             if split and i + 1 < len(self.layers):
                 L.cs1_gemm_split_f32(g, b["act"], inter, layer.w_down, partials, T, h, inter, split, s)
                 L.cs1_add_partials_rms_norm(b["res"], partials, split, T * h, self.layers[i + 1].input_norm, b["x"],
                                             T, h, eps, s)
             else:
-                gemm(b["act"], inter, layer.w_down, b["delta"], h, rows, h, inter)
+                L.cs1_gemm(g, b["act"], inter, layer.w_down, b["delta"], h, rows, h, inter, s)
                 if i + 1 < len(self.layers):
                     L.cs1_add_rms_norm(b["res"], b["delta"], self.layers[i + 1].input_norm, b["x"], T, h, eps, s)
         # the last residual add and the final norm happen inside the read-out, at the last rows only
@@ -665,7 +646,6 @@ class CudaBackend:
             "tail_rows": self.tail_rows_state,
             "tail_attention": self.tail_attention_state,
             "tail_query": self.tail_query_state,
-            "tail_gemv": self.tail_gemv_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -53,7 +53,6 @@ class FakeLibrary(abi.Library):
         self.sigmoid_gated_calls = 0  # cs1_attention_sigmoid_gated calls
         self.gather_calls = 0  # cs1_gather_rows calls
         self.rows_attention_calls = 0  # cs1_attention_gated_rows calls
-        self.gemv_calls = 0  # cs1_gemv calls
         self._sigmoid_gate = False
 
     def build_info(self) -> str:
@@ -166,11 +165,6 @@ class FakeLibrary(abi.Library):
         # float64 products: a row's result does not depend on M (numpy's float32 blocking would)
         self.put(y, self.bf(x, M, K, ldx).astype(np.float64) @ self.bf(w, N, K).T.astype(np.float64), M, N, ldy)
         return 0
-
-    def cs1_gemv(self, x, ldx, w, y, ldy, M, N, K, s):
-        assert 1 <= M <= 4
-        self.gemv_calls += 1
-        return self.cs1_gemm(None, x, ldx, w, y, ldy, M, N, K, s)
 
     def cs1_gemm_split_f32(self, g, x, ldx, w, partials, M, N, K, splits, s):
         # batch i: K columns [i k, (i + 1) k) of x and w, its float32 partial at partials + i * M * N
@@ -384,13 +378,12 @@ def tiny_folder_gdn_last(tmp_path_factory):
 
 
 @pytest.mark.parametrize("last_layer", ["attention", "gdn"])
-@pytest.mark.parametrize("tail_rows,tail_attention,tail_query,tail_gemv",
-                         [("auto", "auto", "auto", "auto"), ("auto", "auto", "off", "auto"),
-                          ("auto", "off", "auto", "off"), ("off", "auto", "auto", "auto")])
+@pytest.mark.parametrize("tail_rows,tail_attention,tail_query", [("auto", "auto", "auto"), ("auto", "auto", "off"),
+                                                                 ("auto", "off", "auto"), ("off", "auto", "auto")])
 @pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
 def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_prep, tail_rows, tail_attention,
-                                          tail_query, tail_gemv, last_layer):
+                                          tail_query, last_layer):
     monkeypatch.setattr(cuda_backend, "TAIL_QUERY_MIN_ROWS", 0)  # the query at the read-out rows at every length
     folder = request.getfixturevalue("tiny_folder" if last_layer == "attention" else "tiny_folder_gdn_last")
     ck = load_checkpoint(folder, attention_mode=mode, require_tokenizer=False)
@@ -399,8 +392,7 @@ def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_pr
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
     with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep,
-                     tail_rows=tail_rows, tail_attention=tail_attention, tail_query=tail_query,
-                     tail_gemv=tail_gemv) as be:
+                     tail_rows=tail_rows, tail_attention=tail_attention, tail_query=tail_query) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
         # the last attention at the read-out rows only with the tail there and an attention layer last
@@ -417,12 +409,8 @@ def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_pr
         # the last layer's tail on the read-out rows: its mixer output (unless the rows' attention wrote it) and the
         # residual gathered once per forward
         assert lib.gather_calls == (2 - rows_attention + rows_query if tail_rows == "auto" else 0)
-        assert lib.gemv_calls == 0  # 6 prompts: more than cs1_gemv takes
         single = np.concatenate([be.letter_logits([r]) for r in rows[:3]])  # <= 64 rows: the K batches
         assert lib.split_calls > 0
-        # one prompt: the tail's o / out, gate / up, down (and the q / gate projection) through cs1_gemv
-        gemv = tail_rows == "auto" and tail_gemv == "auto"
-        assert lib.gemv_calls == (3 * (3 + rows_query) if gemv else 0)
         print(be.describe())
     ref = ReferenceBackend(ck).letter_logits(rows)
     pg, pr = probs(got), probs(ref)

@@ -422,16 +422,6 @@ def test_tail_query_matches_every_row_and_replays_exactly(cs1, tiny_folder, rng,
                                    out)
 
 
-def test_tail_gemv_matches_cublaslt_and_replays_exactly(cs1, tiny_folder, rng):
-    """The tail's projections as cs1_gemv (tail_gemv="auto", up to 4 prompts per forward) against cuBLASLt (off), the
-    numpy reference and each prompt alone; graph replay byte-identical to eager."""
-    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
-    lengths = [1, 65, 250]  # 3 prompts: through cs1_gemv when auto
-    rows = random_rows(rng, lengths, ck.config.vocab_size)
-    out = setting_off_and_auto(cs1, ck, rows, lengths, "tail_gemv")
-    auto_against_reference_and_off("tail gemv", ck, rows, lengths, out)
-
-
 def test_split_calls_and_padding_match_within_tolerance(cs1, tiny_folder, rng):
     """Rows that do not fit one forward run as several; each row matches running it alone (different padding and
     GEMM shapes may move bf16 rounding, never the answer beyond the parity tolerance)."""
