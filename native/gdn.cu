@@ -25,7 +25,7 @@
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
 //      writes zeros into the padding rows of o. From kWalkPInMinRows rows to kWalkOutMaxRows (sm_90) also the walk's
-//      P and q norms (p_out), into the chunk's S0 slot, which the walk that writes O does not use.
+//      P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
@@ -237,7 +237,7 @@ struct PrepSmem {
     int32_t seq_start[kPrepIndexMaxSeqs + 1];  // the index, when the block computes it (cu given)
     int32_t chunk_off[kPrepIndexMaxSeqs + 1];
 };
-// With p_out (the walk that reads P, kPIn): also the chunk's raw q rows and their norms qs. Launched with this size
+// With kPOut (the walk that reads P, kPIn): also the chunk's raw q rows and their norms qs. Launched with this size
 // only then, so prep's shared memory per block stays as it was below kWalkPInMinRows.
 struct PrepSmemP : PrepSmem {
     float qs[kC];        // scale / |q_i|
@@ -248,19 +248,20 @@ constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
 static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
-// p_out != 0 (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
+// kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
 // walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
 // The same functions on the same operands as the walk that computes them itself: the same bytes.
+template <bool kPOut>
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
                                                                    const float *__restrict__ beta,
                                                                    const int32_t *__restrict__ cu, int n_seqs, int T,
-                                                                   int H, int HK, float scale, int p_out,
+                                                                   int H, int HK, float scale,
                                                                    unsigned char *__restrict__ ws, Layout lay,
                                                                    bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    PrepSmemP &sm = *reinterpret_cast<PrepSmemP *>(smem_raw);  // sm.qs, sm.Q exist only with p_out
+    auto &sm = *reinterpret_cast<std::conditional_t<kPOut, PrepSmemP, PrepSmem> *>(smem_raw);
     auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
     auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
     const int32_t *seq_start = ws_start, *chunk_off = ws_off;
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     const bf16 *rows = qkv + int64_t(ck.row0) * ld;
     cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
     cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
-    if (p_out) cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
+    if constexpr (kPOut) cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
     cp_async_commit();
     if (tid < kC) {
         const bool ok = tid < ck.len;
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     cp_async_wait_all();
     __syncthreads();
     row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
-    if (p_out) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as the walk computes it
+    if constexpr (kPOut) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as the walk computes it
     if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
         float lo = sm.gam[lane], hi = sm.gam[32 + lane];
 #pragma unroll
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         dst[i * kD] = x[i];
     }
-    if (p_out) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once every thread has solved
+    if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once every thread has solved
         __syncthreads();
         chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.L);
         __syncthreads();
@@ -557,7 +558,7 @@ template <class Buf> __device__ __forceinline__ float *chunk_p_of(Buf &b, float 
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
 // kPreSplit (without kOut only: both do not fit one SM's shared memory): S and diag(f) Delta pre-split (WalkOperand).
-// kPIn (with kOut): P and qs come from prep (gdn_prep_mma_kernel with p_out) with the chunk's other operands instead
+// kPIn (with kOut): P and qs come from prep (gdn_prep_mma_kernel<true>) with the chunk's other operands instead
 // of being formed on the walk's serial chain (a 64 x 64 x 128 MMA, the q norms and a barrier per chunk); Delta
 // overwrites U in the chunk buffer to make room. The same values in the same order: the same bytes.
 template <int kBufs, bool kOut, bool kPreSplit = false, bool kPIn = false>
@@ -854,7 +855,8 @@ int configure_device(GdnPath *path) {
     path->pre_split = !(pre && pre[0] == '0') && have >= walk_smem(2, false, true);
     const char *p_in = getenv("CS1_GDN_P_IN");
     path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, false, true);
-    int st = allow_smem(gdn_prep_mma_kernel, kPrepMmaSmemP);
+    int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
+    if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
@@ -929,9 +931,15 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
     const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
     const size_t smem = walk_smem(bufs, walk_writes_o, pre_split, p_in);
-    gdn_prep_mma_kernel<<<chunk_grid, kThreads, p_in ? kPrepMmaSmemP : kPrepMmaSmem, s>>>(
-        x, ld, g, beta, prep_indexes ? cu_seqlens : nullptr, int(n_seqs), int(T), int(H), int(HK), scale, int(p_in),
-        ws, lay, out);
+    const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
+    if (p_in)
+        gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                           int(T), int(H), int(HK), scale, ws, lay,
+                                                                           out);
+    else
+        gdn_prep_mma_kernel<false><<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                            int(T), int(H), int(HK), scale, ws, lay,
+                                                                            out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
     if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const int h32 = int(H), hk32 = int(HK);

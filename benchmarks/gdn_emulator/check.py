@@ -63,7 +63,7 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     if walk_out:
         params = walk.replace(" ", "").rstrip(">").split(",")  # <kBufs, kOut[, kPreSplit[, kPIn]]>
         body = f"#define GDN_WALK_OUT {int(params[1] == 'true')}\n" + body
-    if "int p_out" in src:  # prep takes scale and p_out: P and qs for the walk that reads them (kPIn)
+    if "bool kPOut" in src:  # prep takes scale and kPOut: P and qs for the walk that reads them (kPIn)
         p_in = len(params) > 3 and params[3] == "true"
         body = f"#define GDN_PREP_P 1\n#define GDN_WALK_PIN {int(p_in)}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
