@@ -24,10 +24,12 @@
 //      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
-//      writes zeros into the padding rows of o.
+//      writes zeros into the padding rows of o. From kWalkPInMinRows rows to kWalkOutMaxRows (sm_90) also the walk's
+//      P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
-//      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut).
+//      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
+//      from prep where prep made them (kPIn), else forming them on its chain.
 //   4. gdn_out_mma_kernel  (chunk, head), only without kOut: the walk then writes each chunk's S0 and Delta (over
 //      U) to the workspace, and this kernel forms O from them.
 // (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
@@ -38,7 +40,8 @@
 //   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
 //   U/Delta   f32 [NC * H, 64, 128] U from prep (without kOut overwritten in place by Delta in the walk)
 //   W         f32 [NC * H, 64, 128]
-//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut
+//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut.
+//                                    With kPIn the same slot holds prep's P [64][64] and then qs [64] instead
 //   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
 //   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
 // = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
@@ -204,6 +207,23 @@ __device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B
     }
 }
 
+// P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
+// warp: rows 16 (w % 4).., columns 32 (w / 4)..
+__device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
+                                        const float *gam, float *P) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float acc[4][4] = {};
+    mma_rows_bf16_16x32(Q, K, m0, n0, acc);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+            P[i * kLdL + jj] = jj <= i ? acc[j][e] * qs[i] * rk[jj] * expf(gam[i] - gam[jj]) : 0.0f;
+        }
+}
+
 // Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
 // factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
 struct PrepSmem {
@@ -217,19 +237,31 @@ struct PrepSmem {
     int32_t seq_start[kPrepIndexMaxSeqs + 1];  // the index, when the block computes it (cu given)
     int32_t chunk_off[kPrepIndexMaxSeqs + 1];
 };
+// With kPOut (the walk that reads P, kPIn): also the chunk's raw q rows and their norms qs. Launched with this size
+// only then, so prep's shared memory per block stays as it was below kWalkPInMinRows.
+struct PrepSmemP : PrepSmem {
+    float qs[kC];        // scale / |q_i|
+    bf16 Q[kC * kLdKb];  // raw q rows (zeros past the chunk end)
+};
 constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
-static_assert(sizeof(PrepSmem) % 16 == 0, "PrepSmem keeps 16-byte alignment");
+constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
+static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
+// kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
+// walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
+// The same functions on the same operands as the walk that computes them itself: the same bytes.
+template <bool kPOut>
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
                                                                    const float *__restrict__ beta,
                                                                    const int32_t *__restrict__ cu, int n_seqs, int T,
-                                                                   int H, int HK, unsigned char *__restrict__ ws,
-                                                                   Layout lay, bf16 *__restrict__ o) {
+                                                                   int H, int HK, float scale,
+                                                                   unsigned char *__restrict__ ws, Layout lay,
+                                                                   bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    PrepSmem &sm = *reinterpret_cast<PrepSmem *>(smem_raw);
+    auto &sm = *reinterpret_cast<std::conditional_t<kPOut, PrepSmemP, PrepSmem> *>(smem_raw);
     auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
     auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
     const int32_t *seq_start = ws_start, *chunk_off = ws_off;
@@ -259,6 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     const bf16 *rows = qkv + int64_t(ck.row0) * ld;
     cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
     cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
+    if constexpr (kPOut) cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
     cp_async_commit();
     if (tid < kC) {
         const bool ok = tid < ck.len;
@@ -268,6 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     cp_async_wait_all();
     __syncthreads();
     row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
+    if constexpr (kPOut) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as the walk computes it
     if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
         float lo = sm.gam[lane], hi = sm.gam[32 + lane];
 #pragma unroll
@@ -324,6 +358,17 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         dst[i * kD] = x[i];
     }
+    if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once every thread has solved
+        __syncthreads();
+        chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.L);
+        __syncthreads();
+        float *pq = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD;
+        for (int e = tid; e < kC * kC / 4; e += kThreads) {
+            const int i = e / (kC / 4), c4 = (e % (kC / 4)) * 4;
+            *reinterpret_cast<float4 *>(pq + i * kC + c4) = *reinterpret_cast<const float4 *>(sm.L + i * kLdL + c4);
+        }
+        if (tid < kC) pq[kC * kC + tid] = sm.qs[tid];
+    }
 }
 
 // One chunk's walk operands; two of these double-buffer the next chunk's cp.async loads.
@@ -337,17 +382,24 @@ struct WalkBuf {
 struct WalkOutBuf : WalkBuf {  // the walk that also writes O needs the chunk's q rows
     bf16 Q[kC * kLdKb];
 };
-template <bool kOut> using WalkBufOf = std::conditional_t<kOut, WalkOutBuf, WalkBuf>;
-static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0, "walk buffers keep 16-byte alignment");
+struct WalkPInBuf : WalkOutBuf {  // and, when prep made them (kPIn), the chunk's P and qs
+    float P[kC * kLdL];
+    float qs[kC];
+};
+template <bool kOut, bool kPIn = false>
+using WalkBufOf = std::conditional_t<kPIn, WalkPInBuf, std::conditional_t<kOut, WalkOutBuf, WalkBuf>>;
+static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0 && sizeof(WalkPInBuf) % 16 == 0,
+              "walk buffers keep 16-byte alignment");
 
 // Shared memory of a walk block: kBufs chunk buffers, the state slab S and diag(f) Delta; with kOut also Delta,
 // P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
 // 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
 // pre_split (the walk without O only): S and diag(f) Delta stored as tf32 hi + lo, 30 KiB more: 181 KiB (sm_90).
-constexpr size_t walk_smem(int bufs, bool out, bool pre_split = false) {
-    return bufs * (out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
+// p_in (with kOut): P and qs in each chunk buffer, and Delta over U in it: 219.5 KiB with two buffers (sm_90).
+constexpr size_t walk_smem(int bufs, bool out, bool pre_split = false, bool p_in = false) {
+    return bufs * (p_in ? sizeof(WalkPInBuf) : out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
            (pre_split ? 2 : 1) * (kD * kLdSl + kC * kLdSl) * sizeof(float) +
-           (out ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
+           (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
 }
 
 struct OutSmem {
@@ -363,23 +415,6 @@ constexpr size_t kOutMmaSmem = sizeof(OutSmem);
 static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
 
 // ---- pieces of the output O = diag(qs e^Gam) Q_raw S0 + P Delta, shared by the walk (kOut) and the out kernel ----
-
-// P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
-// warp: rows 16 (w % 4).., columns 32 (w / 4)..
-__device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
-                                        const float *gam, float *P) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float acc[4][4] = {};
-    mma_rows_bf16_16x32(Q, K, m0, n0, acc);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
-            P[i * kLdL + jj] = jj <= i ? acc[j][e] * qs[i] * rk[jj] * expf(gam[i] - gam[jj]) : 0.0f;
-        }
-}
 
 // acc[j] (rows m0.., columns n0 + 8j..) *= qs_i e^{Gam_i}: the row factors of Q_raw S0
 template <int NT>
@@ -480,8 +515,8 @@ struct WalkOperand {
     }
 };
 
-template <bool kOut>
-__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *rows, int64_t ld, int hk, int HK,
+template <bool kOut, bool kPIn = false>
+__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, const bf16 *rows, int64_t ld, int hk, int HK,
                                               int len, const unsigned char *ws, const Layout &lay, size_t slot,
                                               int v0) {
     cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
@@ -489,12 +524,28 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *ro
     if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
     cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
     const int tid = threadIdx.x;
+    if constexpr (kPIn) {  // prep's P [64][64] and qs [64] from the chunk's S0 slot
+        const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+        for (int e = tid; e < kC * kC / 4; e += kThreads) {
+            const int i = e / (kC / 4), c4 = (e % (kC / 4)) * 4;
+            cp_async16(b.P + i * kLdL + c4, pq + i * kC + c4, true);
+        }
+        if (tid < kC / 4) cp_async16(b.qs + 4 * tid, pq + kC * kC + 4 * tid, true);
+    }
     if (tid < kC / 4)
         cp_async16(b.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
     else if (tid < kC / 2)
         cp_async16(b.rk + 4 * (tid - kC / 4),
                    reinterpret_cast<const float *>(ws + lay.rk) + slot * kC + 4 * (tid - kC / 4), true);
     cp_async_commit();
+}
+
+// The chunk's qs and P: in its buffer when prep made them (WalkPInBuf), else the block's own tiles the walk fills.
+template <class Buf> __device__ __forceinline__ float *chunk_qs_of(Buf &b, float *own) {
+    if constexpr (std::is_same_v<Buf, WalkPInBuf>) return b.qs; else return own;
+}
+template <class Buf> __device__ __forceinline__ float *chunk_p_of(Buf &b, float *own) {
+    if constexpr (std::is_same_v<Buf, WalkPInBuf>) return b.P; else return own;
 }
 
 // Block (prompt, head, 32-column slab), 8 warps. The state slab S[128][32] lives in registers as MMA accumulators:
@@ -507,13 +558,17 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut> &b, const bf16 *ro
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
 // kPreSplit (without kOut only: both do not fit one SM's shared memory): S and diag(f) Delta pre-split (WalkOperand).
-template <int kBufs, bool kOut, bool kPreSplit = false>
+// kPIn (with kOut): P and qs come from prep (gdn_prep_mma_kernel<true>) with the chunk's other operands instead
+// of being formed on the walk's serial chain (a 64 x 64 x 128 MMA, the q norms and a barrier per chunk); Delta
+// overwrites U in the chunk buffer to make room. The same values in the same order: the same bytes.
+template <int kBufs, bool kOut, bool kPreSplit = false, bool kPIn = false>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, float scale,
                                                                    unsigned char *__restrict__ ws, Layout lay,
                                                                    bf16 *__restrict__ o) {
     static_assert(!(kOut && kPreSplit), "the pre-split operands leave no shared memory for O's tiles");
-    using Buf = WalkBufOf<kOut>;
+    static_assert(kOut || !kPIn, "P is an operand of O");
+    using Buf = WalkBufOf<kOut, kPIn>;
     const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
@@ -528,11 +583,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     constexpr int kNs = kD * kLdSl, kNdf = kC * kLdSl;
     const WalkOperand<kPreSplit> sS{ops, ops + kNs + kNdf};         // [128][kLdSl] state slab entering the chunk
     const WalkOperand<kPreSplit> sDf{ops + kNs, ops + 2 * kNs + kNdf};  // [64][kLdSl] diag(f) Delta
-    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);             // kOut: [64][kLdSl] Delta
-    float *sP = sD + kC * kLdSl;                          // kOut: [64][kLdL] P
-    float *sQs = sP + kC * kLdL;                          // kOut: [64] scale / |q_i|
+    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);             // kOut, !kPIn: [64][kLdSl] Delta
+    float *sP = sD + kC * kLdSl;                          // kOut, !kPIn: [64][kLdL] P
+    float *sQs = sP + kC * kLdL;                          // kOut, !kPIn: [64] scale / |q_i|
 
-    walk_prefetch<kOut>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
+    walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
                         size_t(c_begin) * H + h, v0);
     float st[4][4];
 #pragma unroll
@@ -540,15 +595,17 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 
     for (int c = c_begin; c < c_end; ++c) {
         const size_t slot = size_t(c) * H + h;
-        const Buf &cur = buf[(c - c_begin) % kBufs];
+        Buf &cur = buf[(c - c_begin) % kBufs];  // kPIn writes Delta over its U
         const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
         cp_async_wait_all();
         __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS, sDf, sD, sP is done
         const int row1 = row0 + kC;
         if (kBufs == 2 && c + 1 < c_end)
-            walk_prefetch<kOut>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
-                                min(kC, row_end - row1), ws, lay, slot + H, v0);
-        if constexpr (kOut) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
+                                      min(kC, row_end - row1), ws, lay, slot + H, v0);
+        const float *const qs = chunk_qs_of(cur, sQs), *const p_tile = chunk_p_of(cur, sP);
+        float *const delta = kPIn ? cur.U : sD;  // written by the thread that reads U at that element
+        if constexpr (kOut && !kPIn) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
         {  // S0 of this chunk: to smem (B operand below) and, for the out kernel, to the workspace
             float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
             const int r = 16 * warp + g;
@@ -571,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         const bool first = c == c_begin, last = c + 1 == c_end;
         const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
         float oacc[2][4] = {};
-        if constexpr (kOut) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
+        if constexpr (kOut && !kPIn) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
         {  // Delta = U - W S (and O = Q_raw S, 2-term: q is exact)
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
@@ -615,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
                     const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
                     if constexpr (kOut)
-                        *reinterpret_cast<float2 *>(sD + i * kLdSl + col) = make_float2(d0, d1);
+                        *reinterpret_cast<float2 *>(delta + i * kLdSl + col) = make_float2(d0, d1);
                     else
                         *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
                     sDf.put2(i * kLdSl + col, d0 * f, d1 * f);
@@ -649,14 +706,14 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
         }
         if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
-            scale_q_rows<2>(oacc, sQs, cur.gam, m0);
-            mma_p_delta<1, 2>(sP, sD, kLdSl, m0, n0, &oacc);
+            scale_q_rows<2>(oacc, qs, cur.gam, m0);
+            mma_p_delta<1, 2>(p_tile, delta, kLdSl, m0, n0, &oacc);
             store_o_rows<2>(oacc, o, row0, len, H, h, v0 + n0, m0);
         }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
-            walk_prefetch<kOut>(buf[0], qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws, lay,
-                                slot + H, v0);
+            walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws,
+                                      lay, slot + H, v0);
         }
     }
 }
@@ -753,15 +810,22 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 // while the out kernel runs all chunks in parallel). So it runs only up to kWalkOutMaxRows rows (the crossover
 // is near 6 chunks); longer calls keep the out kernel. Both give the same bytes.
 constexpr int64_t kWalkOutMaxRows = 256;
+// Above this many rows (3 chunks and more) the walk that writes O takes P and qs from prep (kPIn): each walk block
+// then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
+// in parallel before any walk starts. At 2 chunks (128 rows) prep's extra work cost more than the walk saved (LEVERS,
+// lever 59: +0.025 ms at 128 rows, -0.047 at 160).
+constexpr int64_t kWalkPInMinRows = 128;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
 // one with kOut (0: it does not fit), pre_split for the walk without kOut with two buffers (sm_90's 227 KiB).
-// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_PRESPLIT=0 pre_split = 0: the
-// paths of smaller devices, kept testable on larger ones.
+// p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
+// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0, CS1_GDN_PRESPLIT=0 pre_split = 0 and
+// CS1_GDN_P_IN=0 p_in = 0: the paths of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
     int pre_split;
+    int p_in;
 };
 
 template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
@@ -772,13 +836,13 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * pre_split
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * pre_split + 32 * p_in
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, (v >> 2) & 3, v >> 4};
+        *path = GdnPath{v & 3, (v >> 2) & 3, (v >> 4) & 1, v >> 5};
         return 0;
     }
     int optin = 0;
@@ -789,7 +853,10 @@ int configure_device(GdnPath *path) {
     path->out_bufs = (split && split[0] == '1') ? 0 : have >= walk_smem(2, true) ? 2 : have >= walk_smem(1, true);
     const char *pre = getenv("CS1_GDN_PRESPLIT");
     path->pre_split = !(pre && pre[0] == '0') && have >= walk_smem(2, false, true);
-    int st = allow_smem(gdn_prep_mma_kernel, kPrepMmaSmem);
+    const char *p_in = getenv("CS1_GDN_P_IN");
+    path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, false, true);
+    int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
+    if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
@@ -798,9 +865,12 @@ int configure_device(GdnPath *path) {
         st = allow_smem(gdn_walk_mma_kernel<2, false, true>, walk_smem(2, false, true));
     if (st == 0 && path->out_bufs == 2) st = allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true));
     if (st == 0 && path->out_bufs == 1) st = allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
+    if (st == 0 && path->p_in)
+        st = allow_smem(gdn_walk_mma_kernel<2, true, false, true>, walk_smem(2, true, false, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->pre_split, std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->pre_split + 32 * path->p_in,
+                          std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -839,7 +909,7 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, 0, 0};
+    GdnPath path{2, 0, 0, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -856,16 +926,27 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     }
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-    gdn_prep_mma_kernel<<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, prep_indexes ? cu_seqlens : nullptr,
-                                                                   int(n_seqs), int(T), int(H), int(HK), ws, lay, out);
-    CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
-    if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
     const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
-    const size_t smem = walk_smem(bufs, walk_writes_o, pre_split);
+    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
+    const size_t smem = walk_smem(bufs, walk_writes_o, pre_split, p_in);
+    const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
+    if (p_in)
+        gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                           int(T), int(H), int(HK), scale, ws, lay,
+                                                                           out);
+    else
+        gdn_prep_mma_kernel<false><<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                            int(T), int(H), int(HK), scale, ws, lay,
+                                                                            out);
+    CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
+    if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const int h32 = int(H), hk32 = int(HK);
-    if (walk_writes_o && bufs == 2)
+    if (p_in)
+        gdn_walk_mma_kernel<2, true, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay,
+                                                                                  out);
+    else if (walk_writes_o && bufs == 2)
         gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
     else if (walk_writes_o)
         gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);

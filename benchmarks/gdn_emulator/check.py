@@ -13,7 +13,8 @@ unspecified), so "the same bytes" here means the same operands in the same order
 NaN is out of its reach: the CPU's fp32 arithmetic keeps a NaN's payload where the GPU returns the canonical
 0x7fffffff, so NaN propagation is checked on the GPU only (tests/gpu/test_gdn.py, the NaN case; LEVERS lever 32).
 --walk picks the walk kernel instantiation (default: the double-buffered walk that writes O itself when the source
-has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it).
+has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it;
+"gdn_walk_mma_kernel<2, true, false, true>" the walk that takes P and qs from prep, prep then making them).
 Several minutes on a 2-core machine.
 """
 
@@ -60,8 +61,11 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     if "kPrepIndexMaxSeqs" in src:  # prep computes the index itself for a few prompts
         body = "#define GDN_PREP_INDEX 1\n" + body
     if walk_out:
-        k_out = walk.replace(" ", "").rstrip(">").split(",")[1] == "true"  # <kBufs, kOut[, kPreSplit]>
-        body = f"#define GDN_WALK_OUT {int(k_out)}\n" + body
+        params = walk.replace(" ", "").rstrip(">").split(",")  # <kBufs, kOut[, kPreSplit[, kPIn]]>
+        body = f"#define GDN_WALK_OUT {int(params[1] == 'true')}\n" + body
+    if "bool kPOut" in src:  # prep takes scale and kPOut: P and qs for the walk that reads them (kPIn)
+        p_in = len(params) > 3 and params[3] == "true"
+        body = f"#define GDN_PREP_P 1\n#define GDN_WALK_PIN {int(p_in)}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")

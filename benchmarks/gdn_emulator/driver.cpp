@@ -50,12 +50,21 @@ int main(int argc, char **argv) {
         emu_launch(gdn_index_kernel, dim3(1), dim3(32), (const int32_t *)cu, int(n), int(T),
                    (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
 #ifdef GDN_WALK_OUT  // prep zeroes the padding rows; the walk writes O itself when GDN_WALK_OUT is 1
-    emu_launch(gdn_prep_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
+#ifdef GDN_PREP_P  // prep is a template: with P and qs for the walk that reads them, or without
+#define GDN_PREP gdn_prep_mma_kernel<bool(GDN_WALK_PIN)>
+#else
+#define GDN_PREP gdn_prep_mma_kernel
+#endif
+    emu_launch(GDN_PREP, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, (const float *)g,
                (const float *)beta,
 #ifdef GDN_PREP_INDEX
                (const int32_t *)(prep_indexes ? cu : nullptr),
 #endif
-               int(n), int(T), int(H), int(HK), ws, lay, o);
+               int(n), int(T), int(H), int(HK),
+#ifdef GDN_PREP_P
+               scale,
+#endif
+               ws, lay, o);
     if (getenv("GDN_EMU_DUMP_UW")) {  // check.py --prep-precision: prep's U and W, before a walk without O overwrites U
         writef(dir + "/u.bin", ws + lay.u, lay.w - lay.u);
         writef(dir + "/w.bin", ws + lay.w, lay.s0 - lay.w);

@@ -14,6 +14,11 @@ bf16 output and fp32 state against an exact recurrence). Every measured error is
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -398,7 +403,7 @@ def test_conv_gates_unaligned_and_partial(cs1, gpu, rng):
 
 # ---- prefill ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("t", [1, 63, 64, 65, 640, 700, 2048, 4097, 8192])
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 129, 160, 256, 640, 700, 2048, 4097, 8192])
 def test_prefill_4b_heads(cs1, gpu, rng, t):
     h, hk = 32, 16
     bits, ld, g, beta, q, k, v = prefill_inputs(rng, t, h, hk)
@@ -466,6 +471,40 @@ def test_prefill_many_4b_prompts_match_and_equal_separate_calls(cs1, gpu, rng):
         alone = run_prefill(cs1, gpu, bits[a:b].copy(), ld, g[a:b].copy(), beta[a:b].copy(), [0, b - a], b - a, h,
                             hk)
         assert np.array_equal(alone, got[a:b]), f"prompt rows {a}:{b} differ from a separate call"
+
+
+_P_IN_CHILD = """
+import sys
+import numpy as np
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/gpu"]
+from conftest import Gpu
+from startlux_native import abi, bf16
+from test_gdn import run_prefill
+d = np.load(sys.argv[2])
+gpu = Gpu(abi.load())
+o = run_prefill(gpu.lib, gpu, d["bits"], int(d["ld"]), d["g"], d["beta"], d["cu"], int(d["t"]), int(d["h"]),
+                int(d["hk"]))
+np.save(sys.argv[3], bf16.to_bits(o))
+"""
+
+
+@pytest.mark.parametrize("lengths", [[160], [129], [256], [1, 64, 65, 30]])
+def test_prefill_p_from_prep_gives_the_walks_own_bytes(cs1, gpu, rng, tmp_path, lengths):
+    """From 129 to 256 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory); with
+    CS1_GDN_P_IN=0 it forms them itself, as below 129 rows. The path is chosen once per process, so the second form
+    runs in a child process on the same inputs: the same bytes (the same products in the same order)."""
+    h, hk = 32, 16
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1])
+    bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
+    got = bf16.to_bits(run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk))
+    np.savez(tmp_path / "in.npz", bits=bits, ld=ld, g=g, beta=beta, cu=cu, t=t, h=h, hk=hk)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "CS1_GDN_P_IN": "0"}
+    subprocess.run([sys.executable, "-c", _P_IN_CHILD, root, str(tmp_path / "in.npz"), str(tmp_path / "own.npy")],
+                   check=True, env=env, timeout=120)
+    own = np.load(tmp_path / "own.npy")
+    assert got.tobytes() == own.tobytes(), "P from prep changed the output's bytes"
 
 
 def test_prefill_is_deterministic(cs1, gpu, rng):

@@ -3,9 +3,9 @@ CUDA thread a std::thread, MMA fragments gathered per warp with the PTX layouts,
 No GPU: this checks the kernels' logic on every CI run, not their speed.
 
 Every form of the walk runs on packed prompts with padding rows: the walk that writes O itself (what the H200 uses
-up to 256 rows) and the walk + separate out kernel (longer calls, smaller devices), each with two chunk buffers or
-one. They must give the same bytes, and each must stay within 2e-2 x max|ref| of the float64 recurrence of
-tests/gpu/test_gdn.py with zero padding rows.
+up to 256 rows, from 129 rows with P and qs from prep) and the walk + separate out kernel (longer calls, smaller
+devices), each with two chunk buffers or one. They must give the same bytes, and each must stay within 2e-2 x
+max|ref| of the float64 recurrence of tests/gpu/test_gdn.py with zero padding rows.
 Needs g++ and the CUDA headers (for the bf16 type); skipped, with the reason, where either is missing.
 """
 
@@ -37,10 +37,11 @@ def emulator():
     shutil.rmtree(mod.WORK, ignore_errors=True)
 
 
-# The four walk instantiations: with O or with the out kernel after it, two buffers (sm_80 and up) or one (the
-# smaller devices: on the H200 only the two-buffer forms run)
+# The walk instantiations: with O or with the out kernel after it, two buffers (sm_80 and up) or one (the smaller
+# devices: on the H200 only the two-buffer forms run), and the walk with O that takes P and qs from prep (sm_90, 129
+# to 256 rows; prep then makes them)
 WALKS = ["gdn_walk_mma_kernel<2, true>", "gdn_walk_mma_kernel<2, false>", "gdn_walk_mma_kernel<1, true>",
-         "gdn_walk_mma_kernel<1, false>"]
+         "gdn_walk_mma_kernel<1, false>", "gdn_walk_mma_kernel<2, true, false, true>"]
 
 
 def test_every_walk_form_gives_the_same_bytes(emulator):
