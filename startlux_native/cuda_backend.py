@@ -33,8 +33,8 @@ F32 = 4
 I32 = 4
 
 
-# padded lengths: steps of <= 25 % so padding costs little; above the ladder, multiples of 1024
-# Padded lengths: fine steps where most prompts are (padding rows cost GEMM and kernel time), coarser above.
+# Padded lengths: fine steps where most prompts are (padding rows cost GEMM and kernel time), coarser above (steps
+# of <= 25 %); above the ladder, multiples of 1024.
 PAD_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(range(1152, 2049, 128))
               + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
 MAX_GRAPHS = 128
