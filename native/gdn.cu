@@ -24,8 +24,8 @@
 //      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
-//      writes zeros into the padding rows of o. From kWalkPInMinRows rows to kWalkOutMaxRows (sm_90) also the walk's
-//      P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
+//      writes zeros into the padding rows of o. Above kWalkPInMinRows rows, up to kWalkOutMaxRows (sm_90), also the
+//      walk's P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
@@ -238,7 +238,7 @@ struct PrepSmem {
     int32_t chunk_off[kPrepIndexMaxSeqs + 1];
 };
 // With kPOut (the walk that reads P, kPIn): also the chunk's raw q rows and their norms qs. Launched with this size
-// only then, so prep's shared memory per block stays as it was below kWalkPInMinRows.
+// only then, so prep's shared memory per block stays as it was at up to kWalkPInMinRows rows.
 struct PrepSmemP : PrepSmem {
     float qs[kC];        // scale / |q_i|
     bf16 Q[kC * kLdKb];  // raw q rows (zeros past the chunk end)
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     cp_async_wait_all();
     __syncthreads();
     row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
-    if constexpr (kPOut) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as the walk computes it
+    if constexpr (kPOut) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as in the walk
     if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
         float lo = sm.gam[lane], hi = sm.gam[32 + lane];
 #pragma unroll
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         dst[i * kD] = x[i];
     }
-    if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once every thread has solved
+    if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
         __syncthreads();
         chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.L);
         __syncthreads();
