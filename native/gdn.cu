@@ -812,8 +812,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 constexpr int64_t kWalkOutMaxRows = 256;
 // Above this many rows (3 chunks and more) the walk that writes O takes P and qs from prep (kPIn): each walk block
 // then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
-// in parallel before any walk starts. At 2 chunks (128 rows) prep's extra work cost more than the walk saved (LEVERS,
-// lever 59: +0.025 ms at 128 rows, -0.047 at 160).
+// in parallel before any walk starts. Lever 59 (P from prep at every length, prep one kernel) measured +0.025 ms at
+// 128 rows, -0.047 at 160; 59b showed +0.020 of that 128-row cost to be the one-kernel prep's code, not the path
+// (LEVERS 59b / 59c), so P from prep at 2 chunks is untested with prep a template.
 constexpr int64_t kWalkPInMinRows = 128;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
