@@ -87,25 +87,29 @@ pytest_step() {  # name, time limit, pytest args...
   pytest_record "$1" "$2" "$s"
 }
 
-# ---- ABI + kernel tests, with the whole model's tests beside them in a second process (one GPU holds both; no test
-# is timed): in sequence the two no longer fit one device call (session 20: 281 s and 138 s side by side)
+# ---- ABI + kernel tests, with the whole model's tests and the GDN tests on the split path beside them in two more
+# processes (one GPU holds all three; no test is timed): in sequence they no longer fit one device call (session 20:
+# 281 s, 138 s and 74 s side by side)
 if [ $build_ok = 1 ]; then
-  model_s=$(elapsed)
-  model_limit=$(limit 400 170)
-  pytest_run model "$model_limit" -s -v tests/gpu/test_model.py &  # -s: numbers stream to the log live
+  side_s=$(elapsed)
+  side_limit=$(limit 420 90)
+  pytest_run model "$side_limit" -s -v tests/gpu/test_model.py &  # -s: numbers stream to the log live
   model_pid=$!
-  pytest_step kernels "$(limit 400 170)" tests/abi tests/gpu --ignore=tests/gpu/test_model.py
-  wait $model_pid
-  pytest_record model "$model_limit" "$model_s"
   # the GDN tests again on the path of devices with less shared memory (separate out kernel at every length)
-  CS1_GDN_SPLIT_OUT=1 pytest_step gdn_split "$(limit 90 60)" tests/gpu/test_gdn.py
+  CS1_GDN_SPLIT_OUT=1 pytest_run gdn_split "$side_limit" tests/gpu/test_gdn.py &
+  split_pid=$!
+  pytest_step kernels "$side_limit" tests/abi tests/gpu --ignore=tests/gpu/test_model.py
+  wait $model_pid
+  pytest_record model "$side_limit" "$side_s"
+  wait $split_pid
+  pytest_record gdn_split "$side_limit" "$side_s"
 fi
 
 # ---- compute-sanitizer memcheck: attention and GDN (and the other ops) at 640 / 1024 / 4096 rows
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ $build_ok = 1 ] && [ -x "$SAN" ]; then
   s=$(elapsed)
-  timeout "$(limit 150 120)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+  timeout "$(limit 150 60)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py 640 1024 4096 >"$OUT/sanitizer.log" 2>&1
   rc=$?
   errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT/sanitizer.log" | tail -n1)
