@@ -929,6 +929,7 @@ int configure_device(GdnPath *path) {
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
