@@ -127,7 +127,10 @@ BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batch
                     ("tail-attention", "tail_attention",
                      "the last attention at the read-out rows only, with the tail there (off: every query row)"),
                     ("tail-query", "tail_query",
-                     "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"))
+                     "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"),
+                    ("gdn-norm", "gdn_norm",
+                     "the GDN layers' gated RMSNorm inside the prefill's out kernel above 256 rows (off: a separate "
+                     "norm launch)"))
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -148,7 +151,7 @@ def settings_of_b(args) -> bool:
 
 def describe_settings(b) -> str:
     return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}, "
-            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}")
+            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}, GDN norm {b.gdn_norm_state}")
 
 
 def summary(times: list[float]) -> dict:

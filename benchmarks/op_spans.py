@@ -23,11 +23,13 @@ import numpy as np
 
 from benchmarks.inprocess import add_setting_flags, setting_kwargs, settings_of_b
 
+# gdn_norm auto's cs1_gdn_prefill_norm keeps its own row (gdn_prefill_norm) against off's gdn_prefill + gated_rms_norm
 FORWARD_OPS = ("cs1_upload_async", "cs1_embed", "cs1_rms_norm", "cs1_gemm", "cs1_gdn_conv_gates", "cs1_gdn_prefill",
                "cs1_gated_rms_norm", "cs1_attn_prep", "cs1_attention_gated_bidirectional", "cs1_attention_gated",
                "cs1_add_rms_norm", "cs1_silu_mul", "cs1_letter_readout", "cs1_download_async",
                "cs1_gemm_split_f32", "cs1_add_partials_rms_norm", "cs1_attn_prep_sigmoid_gate",
-               "cs1_attention_sigmoid_gated", "cs1_gather_rows", "cs1_attention_gated_rows")
+               "cs1_attention_sigmoid_gated", "cs1_gather_rows", "cs1_attention_gated_rows",
+               "cs1_gdn_prefill_norm")
 
 
 class EventLib:

@@ -83,7 +83,11 @@ __device__ __forceinline__ void silu_n(const float *x, float *out) {
     for (int e = 0; e < n; ++e) {
         const float d = 1.0f + expf(-x[e]);
         float y;
+#ifdef GDN_MMA_EMULATED  // the CPU block emulator (benchmarks/gdn_emulator): no PTX; its bytes are its own
+        y = 1.0f / d;
+#else
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+#endif
         y = fmaf(fmaf(-d, y, 1.0f), y, y);
         const float q = x[e] * y;
         out[e] = fmaf(fmaf(-d, q, x[e]), y, q);

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CS1_ABI_VERSION 9
+#define CS1_ABI_VERSION 10
 
 #ifdef __cplusplus
 extern "C" {
@@ -139,6 +139,16 @@ int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes)
 int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
                     int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H,
                     int64_t HK, float scale, void *stream);
+/* cs1_gdn_prefill, then the layer's gated RMSNorm (cs1_gated_rms_norm with D = 128) on its output: out [T, H, 128] =
+ * the bytes of cs1_gated_rms_norm(o, z, ldz, norm_w, round_weighted, out, T, H, 128, eps) after cs1_gdn_prefill on
+ * every row inside a prompt; rows outside every prompt get zeros. Where the separate output kernel runs (above 256
+ * rows, or CS1_GDN_SPLIT_OUT=1) it normalises its own tile and o is not touched; otherwise o receives the prefill's
+ * output and the norm kernel runs on it (o: scratch, bf16 [T, H, 128]). z, norm_w (fp32 [128]) and out 16-byte
+ * aligned, ldz % 8 == 0, ldz >= H * 128. */
+int cs1_gdn_prefill_norm(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
+                         int64_t n_seqs, const void *z, int64_t ldz, const float *norm_w, int32_t round_weighted,
+                         float eps, void *o, void *out, void *workspace, size_t workspace_bytes, int64_t T,
+                         int64_t H, int64_t HK, float scale, void *stream);
 
 /* ---- gated full attention ---------------------------------------------------------------------------- */
 /* From the fused projection rows (ld): [q|gate interleaved per head: Hq*2*Dh | k: Hk*Dh | v: Hk*Dh].

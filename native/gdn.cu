@@ -31,7 +31,8 @@
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
 //      from prep where prep made them (kPIn), else forming them on its chain.
 //   4. gdn_out_mma_kernel  (chunk, head), only without kOut: the walk then writes each chunk's S0 and Delta (over
-//      U) to the workspace, and this kernel forms O from them.
+//      U) to the workspace, and this kernel forms O from them. cs1_gdn_prefill_norm runs gdn_out_norm_mma_kernel
+//      instead: the same O tile, then the layer's gated RMSNorm on it (gated_norm.cuh), stored in place of O.
 // (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
 //
 // Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
@@ -50,6 +51,7 @@
 
 #include "common.cuh"
 #include "gdn_mma.cuh"
+#include "gated_norm.cuh"
 
 namespace {
 
@@ -484,6 +486,23 @@ __device__ __forceinline__ void store_o_rows(const float acc[NT][4], bf16 *o, in
     }
 }
 
+// rows m0 + g and m0 + g + 8 of acc (columns col0 + 8j + 2t, +1) as bf16 into a smem tile of stride kLdKb: the bits
+// store_o_rows would write to o
+template <int NT>
+__device__ __forceinline__ void stage_o_rows(const float acc[NT][4], bf16 *tile, int col0, int m0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        bf16 *row = tile + (m0 + g + 4 * e) * kLdKb + col0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
+                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
+            *reinterpret_cast<uint32_t *>(row + 8 * j) = packed;
+        }
+    }
+}
+
 // A shared B operand of the walk (the state slab S, [128][kLdSl], or diag(f) Delta, [64][kLdSl]). Pre-split: each
 // value is stored as tf32 hi + lo, split once by its writer, instead of as fp32 split again by every warp that reads
 // it (4 readers of each S value, 8 of each diag(f) Delta value). The MMAs get the same bits in the same order either
@@ -725,10 +744,22 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
 // 16 x 64 tiles: the splits, not the MMAs, fill the kernel's issue slots (LEVERS, Nsight source counters).
 // qs_i = scale / |q_i|. Only where the walk does not write O itself (calls longer than kWalkOutMaxRows rows, devices
 // whose shared memory does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
-__global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
-                                                                  int n_seqs, int H, int HK, float scale,
-                                                                  unsigned char *__restrict__ ws, Layout lay,
-                                                                  bf16 *__restrict__ o) {
+// Where the out kernel's O tile goes: to o as bf16 (NoOutNorm), or through the gated RMSNorm into o's place (OutNorm:
+// o is then the norm's output; its z rows are loaded with Delta into the K tile, free by then).
+struct NoOutNorm {};
+struct OutNorm {
+    const bf16 *z;  // z of row t, value head h: z + t * ldz + h * 128 (16-byte aligned, ldz % 8 == 0)
+    int64_t ldz;
+    const float *w;  // [128], 16-byte aligned
+    int round_weighted;
+    float eps;
+};
+
+template <class Norm>
+__device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t ld, int n_seqs, int H, int HK,
+                                          float scale, unsigned char *__restrict__ ws, const Layout &lay,
+                                          bf16 *__restrict__ o, const Norm &norm) {
+    constexpr bool kNorm = std::is_same_v<Norm, OutNorm>;
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
@@ -793,14 +824,53 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
     }
     scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
     scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
-    __syncthreads();  // every read of S0 done
+    __syncthreads();  // every read of S0 done (and of the Q and K tiles)
     cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
+    if constexpr (kNorm)  // the chunk's z rows into the K tile (rows >= len zero)
+        cp_rows_bf16(sm.K, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
     mma_p_delta<2, 4>(sm.P, sm.B, kLdF, m0, n0, acc);
-    store_o_rows<4>(acc[0], o, ck.row0, ck.len, H, h, n0, m0);
-    store_o_rows<4>(acc[1], o, ck.row0, ck.len, H, h, n0, m0 + 16);
+    if constexpr (kNorm) {
+        // O as bf16 into the Q tile (no reader left), then each row as gated_rms_norm_vec_kernel<128> treats it:
+        // 16 lanes per row, 8 columns each, two rows per warp
+        stage_o_rows<4>(acc[0], sm.Q, n0, m0);
+        stage_o_rows<4>(acc[1], sm.Q, n0, m0 + 16);
+        __syncthreads();
+        const int sub = lane & 15;
+        float wv[8];
+        gated_norm_weights(norm.w, sub, wv);
+        for (int i = 2 * warp + (lane >> 4); i < kC; i += 2 * (kThreads / 32)) {  // uniform trip count per warp
+            const Pack8 xp = *reinterpret_cast<const Pack8 *>(sm.Q + i * kLdKb + 8 * sub);
+            const Pack8 zp = *reinterpret_cast<const Pack8 *>(sm.K + i * kLdKb + 8 * sub);
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
+            const float inv = gated_norm_inv<16>(v, norm.eps);
+            if (i >= ck.len) continue;
+            reinterpret_cast<Pack8 *>(o + (int64_t(ck.row0 + i) * H + h) * kD)[sub] =
+                gated_norm_pack8(v, zp, wv, inv, norm.round_weighted);
+        }
+    } else {
+        store_o_rows<4>(acc[0], o, ck.row0, ck.len, H, h, n0, m0);
+        store_o_rows<4>(acc[1], o, ck.row0, ck.len, H, h, n0, m0 + 16);
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                  int n_seqs, int H, int HK, float scale,
+                                                                  unsigned char *__restrict__ ws, Layout lay,
+                                                                  bf16 *__restrict__ o) {
+    out_chunk(qkv, ld, n_seqs, H, HK, scale, ws, lay, o, NoOutNorm{});
+}
+
+// The out kernel with the layer's gated RMSNorm applied to its tile: o receives the norm's output rows.
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_norm_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                       int n_seqs, int H, int HK, float scale,
+                                                                       unsigned char *__restrict__ ws, Layout lay,
+                                                                       bf16 *__restrict__ o, OutNorm norm) {
+    out_chunk(qkv, ld, n_seqs, H, HK, scale, ws, lay, o, norm);
 }
 
 
@@ -859,6 +929,7 @@ int configure_device(GdnPath *path) {
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
@@ -886,9 +957,13 @@ extern "C" int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, siz
     return 0;
 }
 
-extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta,
-                               const int32_t *cu_seqlens, int64_t n_seqs, void *o, void *workspace,
-                               size_t workspace_bytes, int64_t T, int64_t H, int64_t HK, float scale, void *stream) {
+namespace {
+
+// cs1_gdn_prefill, and with `norm` (cs1_gdn_prefill_norm) the layer's gated RMSNorm after it into `normed`: folded
+// into the out kernel where it runs, else the norm kernel on o.
+int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
+                int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H, int64_t HK,
+                float scale, const OutNorm *norm, void *normed, void *stream) {
     CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20));
     CS1_REQUIRE_SHAPE(H > 0 && H <= 65535 && HK > 0 && H % HK == 0);
     if (T == 0) return 0;
@@ -906,6 +981,16 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     CS1_REQUIRE_ALIGNED(g, 4);
     CS1_REQUIRE_ALIGNED(beta, 4);
     CS1_REQUIRE_ALIGNED(cu_seqlens, 4);
+    if (norm) {
+        CS1_REQUIRE_PTR(norm->z);
+        CS1_REQUIRE_PTR(norm->w);
+        CS1_REQUIRE_PTR(normed);
+        CS1_REQUIRE_SHAPE(norm->ldz >= H * kD);
+        CS1_REQUIRE(norm->ldz % 8 == 0, CS1_ERR_ALIGNMENT);
+        CS1_REQUIRE_ALIGNED(norm->z, 16);
+        CS1_REQUIRE_ALIGNED(norm->w, 16);
+        CS1_REQUIRE_ALIGNED(normed, 16);
+    }
     const Layout lay(T, n_seqs, H);
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
@@ -917,7 +1002,10 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     cudaStream_t s = cs1_stream(stream);
     auto *ws = static_cast<unsigned char *>(workspace);
     const auto *x = static_cast<const bf16 *>(qkv);
-    auto *out = static_cast<bf16 *>(o);
+    const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
+    // O's destination: with the norm folded into the out kernel, the normed rows (prep zeroes their padding rows)
+    const bool fold = norm && !walk_writes_o;
+    auto *out = static_cast<bf16 *>(fold ? normed : o);
     const bool prep_indexes = n_seqs <= kPrepIndexMaxSeqs;
     if (!prep_indexes) {
         gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T),
@@ -927,7 +1015,6 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
     }
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
-    const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
     const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
     const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
@@ -942,24 +1029,52 @@ extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, cons
                                                                             int(T), int(H), int(HK), scale, ws, lay,
                                                                             out);
     CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
-    if (n_seqs == 0) CS1_LAUNCHED();  // no prompt: prep wrote the padding zeros, nothing else to do
     const int h32 = int(H), hk32 = int(HK);
-    if (p_in)
-        gdn_walk_mma_kernel<2, true, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay,
-                                                                                  out);
-    else if (walk_writes_o && bufs == 2)
-        gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else if (walk_writes_o)
-        gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else if (pre_split)
-        gdn_walk_mma_kernel<2, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else if (bufs == 2)
-        gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    else
-        gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-    CS1_CUDA(cudaGetLastError());
-    if (!walk_writes_o)
-        gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws, lay,
-                                                                     out);
+    if (n_seqs > 0) {  // no prompt: prep wrote the padding zeros, no walk
+        if (p_in)
+            gdn_walk_mma_kernel<2, true, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws,
+                                                                                      lay, out);
+        else if (walk_writes_o && bufs == 2)
+            gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else if (walk_writes_o)
+            gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else if (pre_split)
+            gdn_walk_mma_kernel<2, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay,
+                                                                                out);
+        else if (bufs == 2)
+            gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else
+            gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        CS1_CUDA(cudaGetLastError());
+        if (fold)
+            gdn_out_norm_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale,
+                                                                              ws, lay, out, *norm);
+        else if (!walk_writes_o)
+            gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws,
+                                                                         lay, out);
+        CS1_CUDA(cudaGetLastError());
+    }
+    if (norm && !fold)
+        return cs1_gated_rms_norm(o, norm->z, norm->ldz, norm->w, norm->round_weighted, normed, T, H, kD, norm->eps,
+                                  stream);
     CS1_LAUNCHED();
+}
+
+}  // namespace
+
+extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta,
+                               const int32_t *cu_seqlens, int64_t n_seqs, void *o, void *workspace,
+                               size_t workspace_bytes, int64_t T, int64_t H, int64_t HK, float scale, void *stream) {
+    return gdn_prefill(qkv, ld, g, beta, cu_seqlens, n_seqs, o, workspace, workspace_bytes, T, H, HK, scale, nullptr,
+                       nullptr, stream);
+}
+
+extern "C" int cs1_gdn_prefill_norm(const void *qkv, int64_t ld, const float *g, const float *beta,
+                                    const int32_t *cu_seqlens, int64_t n_seqs, const void *z, int64_t ldz,
+                                    const float *norm_w, int32_t round_weighted, float eps, void *o, void *out,
+                                    void *workspace, size_t workspace_bytes, int64_t T, int64_t H, int64_t HK,
+                                    float scale, void *stream) {
+    const OutNorm norm{static_cast<const bf16 *>(z), ldz, norm_w, int(round_weighted), eps};
+    return gdn_prefill(qkv, ld, g, beta, cu_seqlens, n_seqs, o, workspace, workspace_bytes, T, H, HK, scale, &norm,
+                       out, stream);
 }

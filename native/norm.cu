@@ -1,5 +1,6 @@
 // norm.cu: embedding gather and the three RMSNorm variants of Qwen3.5 (qwen3_5-model.md §4.1, §4.2, §8.1).
 #include "common.cuh"
+#include "gated_norm.cuh"
 
 namespace {
 
@@ -221,9 +222,8 @@ __global__ void __launch_bounds__(256)
     const int lane = threadIdx.x & 31, sub = lane % kLanes;
     const int64_t warps_per_block = blockDim.x >> 5;
     const int64_t n_items = T * H;
-    const float4 *w4 = reinterpret_cast<const float4 *>(w + sub * 8);
-    const float4 wlo = w4[0], whi = w4[1];
-    const float wv[8] = {wlo.x, wlo.y, wlo.z, wlo.w, whi.x, whi.y, whi.z, whi.w};
+    float wv[8];
+    gated_norm_weights(w, sub, wv);
     // the loop bound is per warp, so every lane reaches the shuffles
     for (int64_t base = ((int64_t)blockIdx.x * warps_per_block + (threadIdx.x >> 5)) * kItemsPerWarp; base < n_items;
          base += (int64_t)gridDim.x * warps_per_block * kItemsPerWarp) {
@@ -238,25 +238,9 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
         }
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
-        const float inv = rsqrtf(ss / (float)D + eps);
+        const float inv = gated_norm_inv<kLanes>(v, eps);
         if (!valid) continue;
-        float zf[8], sz[8];  // the 8 SiLUs interleaved (silu_n: silu_f's bits, no branches)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) zf[e] = bf2f(zp.v[e]);
-        silu_n<4>(zf, sz);  // two groups of 4: 8 at once took 64 registers (44 before)
-        silu_n<4>(zf + 4, sz + 4);
-        Pack8 o;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            float n = wv[e] * round_bf(v[e] * inv);
-            if (round_weighted) n = round_bf(n);
-            o.v[e] = f2bf(n * sz[e]);
-        }
+        const Pack8 o = gated_norm_pack8(v, zp, wv, inv, round_weighted);
         reinterpret_cast<Pack8 *>(out + item * D)[sub] = o;
     }
 }

@@ -87,6 +87,11 @@ for T in [int(a) for a in sys.argv[1:]]:
     ln = empty(T * H * 128 * 2)
     lib.cs1_gated_rms_norm(go, ffi.cast("char *", proj) + 2 * conv_dim, ld_g,
                            f32(up(np.ones(128, np.float32))), 1, ln, T, H, 128, 1e-6, stream)
+    # gdn_norm: the prefill and the norm in one call (above 256 rows the out kernel normalises its own tile)
+    go_norm, ln_norm = empty(T * H * 128 * 2), empty(T * H * 128 * 2)
+    lib.cs1_gdn_prefill_norm(conv, conv_dim, g, beta, d_cu, 3, ffi.cast("char *", proj) + 2 * conv_dim, ld_g,
+                             f32(up(rng.uniform(0.5, 1.5, 128).astype(np.float32))), 1, 1e-6, go_norm, ln_norm, ws,
+                             int(wsb[0]), T, H, HK, 128 ** -0.5, stream)
     x, out = up(rb(T, 2560)), empty(T * 2560 * 2)
     lib.cs1_rms_norm(x, up(rb(2560, scale=0.1)), out, T, 2560, 1e-6, stream)
     out2 = empty(T * 2560 * 2)

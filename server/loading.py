@@ -133,10 +133,10 @@ def load(settings: Settings) -> Loaded:
                               max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs,
                               gemm_pins=settings.gemm_pins, down_split=settings.down_split,
                               tail_rows=settings.tail_rows, tail_attention=settings.tail_attention,
-                              tail_query=settings.tail_query)
-        log.info("GEMM pins: %s; down projection split: %s; %s; %s; %s", backend.gemm_pins_state,
+                              tail_query=settings.tail_query, gdn_norm=settings.gdn_norm)
+        log.info("GEMM pins: %s; down projection split: %s; %s; %s; %s; GDN norm: %s", backend.gemm_pins_state,
                  backend.down_split_state, backend.tail_rows_state, backend.tail_attention_state,
-                 backend.tail_query_state)
+                 backend.tail_query_state, backend.gdn_norm_state)
         if settings.graphs:
             captured = backend.capture_graphs()
             log.info("captured %d CUDA graphs (one prompt per padded length)", captured)

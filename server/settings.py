@@ -32,6 +32,7 @@ class Settings:
     tail_rows: str = "auto"
     tail_attention: str = "auto"
     tail_query: str = "auto"
+    gdn_norm: str = "auto"
     demo: bool = False
     log_level: str = "info"
     graceful_timeout: float = 30.0
@@ -111,6 +112,9 @@ FLAGS: list[tuple[str, type | object, str]] = [
                         "and its norm and RoPE at the read-out rows alone for prompts of 512 padded tokens and more "
                         "(keys and values still at every row; bf16 rounding may move); 'off' at every row. Shown in "
                         "/info"),
+    ("gdn-norm", str, "cuda backend: 'auto' runs each GDN layer's prefill and gated RMSNorm as one call (above 256 "
+                      "tokens the prefill's output kernel normalises its own tile: one launch fewer, O never stored; "
+                      "the same bytes); 'off' keeps the separate norm launch. Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),
     ("log-level", str, "debug, info, warning or error"),
     ("graceful-timeout", float, "seconds to finish in-flight work after SIGTERM"),
@@ -131,7 +135,8 @@ FLAGS: list[tuple[str, type | object, str]] = [
 CHOICES = {"backend": ("cuda", "reference"), "attention-mode": ("bidirectional", "causal"),
            "log-level": ("debug", "info", "warning", "error"), "event-loop": ("auto", "uvloop", "asyncio"),
            "down-split": ("auto", "off"), "tail-rows": ("auto", "off"),
-           "tail-attention": ("auto", "off"), "tail-query": ("auto", "off")}
+           "tail-attention": ("auto", "off"), "tail-query": ("auto", "off"),
+           "gdn-norm": ("auto", "off")}
 DEST = {"model-name": "model_names"}
 
 EPILOG = """\

@@ -122,14 +122,17 @@ class CudaBackend:
     `tail_attention` is "auto" (with the tail on the read-out rows and an attention layer last, that layer's
     attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off".
     `tail_query` is "auto" (with that, from TAIL_QUERY_MIN_ROWS padded rows, the last attention's q / gate
-    projection and prep run at the read-out rows alone; keys and values at every row) or "off"."""
+    projection and prep run at the read-out rows alone; keys and values at every row) or "off". `gdn_norm` is
+    "auto" (each GDN layer's prefill and gated RMSNorm as one call, cs1_gdn_prefill_norm: above 256 rows the prefill's
+    out kernel normalises its own tile, so O is never written nor read back) or "off" (cs1_gdn_prefill, then
+    cs1_gated_rms_norm); both give the same bytes on every prompt row."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
                  gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto",
-                 tail_query: str = "auto"):
+                 tail_query: str = "auto", gdn_norm: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -179,6 +182,11 @@ class CudaBackend:
         self.tail_query_state = (f"the last q / gate projection at the read-out rows from {TAIL_QUERY_MIN_ROWS} rows"
                                  if self.tail_query else "off (option)" if tail_query == "off" else
                                  "off (the last attention runs on every row)")
+        if gdn_norm not in ("auto", "off"):
+            raise ValueError(f"gdn_norm must be 'auto' or 'off', not {gdn_norm!r}")
+        self.gdn_norm = gdn_norm == "auto"
+        self.gdn_norm_state = ("the gated RMSNorm inside the GDN prefill's out kernel above 256 rows" if self.gdn_norm
+                               else "off (option)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -440,10 +448,16 @@ class CudaBackend:
                 L.cs1_gdn_conv_gates(proj, ld, m.conv_w, positions, b["conv"], T, self.conv_dim,
                                      proj + BF16 * (self.conv_dim + self.value_dim), ffi.cast("float *", m.a_log),
                                      ffi.cast("float *", m.dt_bias), beta, gg, self.hv, s)
-                L.cs1_gdn_prefill(b["conv"], self.conv_dim, gg, beta, cu, n, b["gdn_o"], b["gdn_ws"],
-                                  self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
-                L.cs1_gated_rms_norm(b["gdn_o"], proj + BF16 * self.conv_dim, ld, ffi.cast("float *", m.norm_w),
-                                     self.round_weighted, b["ln"], T, self.hv, self.dk, eps, s)
+                z, norm_w = proj + BF16 * self.conv_dim, ffi.cast("float *", m.norm_w)
+                if self.gdn_norm:
+                    L.cs1_gdn_prefill_norm(b["conv"], self.conv_dim, gg, beta, cu, n, z, ld, norm_w,
+                                           self.round_weighted, eps, b["gdn_o"], b["ln"], b["gdn_ws"],
+                                           self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
+                else:
+                    L.cs1_gdn_prefill(b["conv"], self.conv_dim, gg, beta, cu, n, b["gdn_o"], b["gdn_ws"],
+                                      self.gdn_workspace_bytes, T, self.hv, self.hk_lin, self.dk ** -0.5, s)
+                    L.cs1_gated_rms_norm(b["gdn_o"], z, ld, norm_w, self.round_weighted, b["ln"], T, self.hv,
+                                         self.dk, eps, s)
                 mixed, width, w_out = b["ln"], self.value_dim, m.w_out
             else:
                 proj, ld = b["proj"], self.n_attn
@@ -646,6 +660,7 @@ class CudaBackend:
             "tail_rows": self.tail_rows_state,
             "tail_attention": self.tail_attention_state,
             "tail_query": self.tail_query_state,
+            "gdn_norm": self.gdn_norm_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -15,6 +15,8 @@ NaN is out of its reach: the CPU's fp32 arithmetic keeps a NaN's payload where t
 --walk picks the walk kernel instantiation (default: the double-buffered walk that writes O itself when the source
 has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it;
 "gdn_walk_mma_kernel<2, true, false, true>" the walk that takes P and qs from prep, prep then making them).
+--norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)
+against the norm kernel's row code (gated_norm.cuh) run on the out kernel's own O: the same bytes on prompt rows.
 Several minutes on a 2-core machine.
 """
 
@@ -63,6 +65,8 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     if walk_out:
         params = walk.replace(" ", "").rstrip(">").split(",")  # <kBufs, kOut[, kPreSplit[, kPIn]]>
         body = f"#define GDN_WALK_OUT {int(params[1] == 'true')}\n" + body
+    if "gdn_out_norm_mma_kernel" in src:  # the out kernel with the gated RMSNorm folded in (check.py --norm)
+        body = "#define GDN_OUT_NORM 1\n" + body
     if "bool kPOut" in src:  # prep takes scale and kPOut: P and qs for the walk that reads them (kPIn)
         p_in = len(params) > 3 and params[3] == "true"
         body = f"#define GDN_PREP_P 1\n#define GDN_WALK_PIN {int(p_in)}\n" + body
@@ -85,6 +89,42 @@ def run(exe, bits, ld, g, beta, cu, t, h, hk, dump_uw=False):
     subprocess.run([str(exe), "prefill", str(d), str(t), str(h), str(hk), str(ld), str(len(cu) - 1), repr(D**-0.5)],
                    check=True, capture_output=True, env={**os.environ, "GDN_EMU_DUMP_UW": "1"} if dump_uw else None)
     return np.fromfile(d / "o.bin", dtype=np.uint16).reshape(t, h, D)
+
+
+def norm_case(exe, lengths, h, hk, pad=0, round_weighted=1, seed=0):
+    """The out kernel with the gated RMSNorm folded in (gdn_out_norm_mma_kernel) against the norm kernel's row code
+    run on the out kernel's O: the same bytes on every prompt row. exe: built with the walk without O."""
+    rng = np.random.default_rng(seed)
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    t = int(cu[-1]) + pad
+    bits, ld, g, beta, *_ = tg.prefill_inputs(rng, t, h, hk)
+    d = WORK / "data"
+    d.mkdir(exist_ok=True)
+    z = np.full((t, h * D + 8), bf16.to_bits(np.float32([np.nan]))[0], np.uint16)  # 8 NaN columns past z
+    z[:, : h * D] = bf16.to_bits(rng.standard_normal((t, h * D), dtype=np.float32) * np.float32(2.0))
+    z.tofile(d / "z.bin")
+    w = rng.uniform(0.5, 1.5, D).astype(np.float32)
+    (bf16.round_(w) if round_weighted else w).tofile(d / "w.bin")
+    env = {**os.environ, "GDN_EMU_NORM": str(round_weighted)}
+    for n in ("norm_ref.bin", "norm_fused.bin"):
+        (d / n).unlink(missing_ok=True)
+    bits.tofile(d / "qkv.bin")
+    g.tofile(d / "g.bin")
+    beta.tofile(d / "beta.bin")
+    cu.tofile(d / "cu.bin")
+    t0 = time.time()
+    subprocess.run([str(exe), "prefill", str(d), str(t), str(h), str(hk), str(ld), str(len(cu) - 1), repr(D**-0.5)],
+                   check=True, capture_output=True, env=env)
+    ref = np.fromfile(d / "norm_ref.bin", dtype=np.uint16).reshape(t, h * D)
+    fused = np.fromfile(d / "norm_fused.bin", dtype=np.uint16).reshape(t, h * D)
+    real = int(cu[-1])
+    assert np.all(np.isfinite(bf16.from_bits(ref[:real]))), "the reference norm left poison in a prompt row"
+    differ = int(np.count_nonzero(ref[:real] != fused[:real]))
+    print(f"norm {lengths} H={h} HK={hk} pad={pad} round_weighted={round_weighted}: {differ} of {ref[:real].size} "
+          f"prompt-row values differ ({time.time() - t0:.0f} s)", flush=True)
+    assert differ == 0, "the folded norm differs from the norm kernel's rows"
+    assert np.all(fused[real:] == 0xFFFF), "the out kernel wrote a padding row (prep zeroes them on the GPU path)"
+    return fused
 
 
 def prep_precision(exe, t, h, hk, seed=0, weak=False):
@@ -152,7 +192,16 @@ def main(argv=None) -> int:
     ap.add_argument("--walk", help="walk kernel instantiation of NATIVE (default: see above)")
     ap.add_argument("--prep-precision", action="store_true",
                     help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop")
+    ap.add_argument("--norm", action="store_true",
+                    help="only check the out kernel with the gated RMSNorm folded in (walk without O), then stop")
     args = ap.parse_args(argv)
+    if args.norm:
+        exe = build(args.native.resolve(), "gdn_walk_mma_kernel<2, false>", "emu_norm")
+        norm_case(exe, [1], 2, 1)
+        norm_case(exe, [1, 64, 65, 0, 7], 4, 2, pad=9)
+        norm_case(exe, [130], 2, 2, round_weighted=0)
+        print("the folded norm: all cases the same bytes")
+        return 0
     if args.prep_precision:
         trees = [("new", args.native)] + ([("old", args.against)] if args.against else [])
         for label, tree in trees:

@@ -28,6 +28,28 @@ template <class V> static V *copy_in(const std::vector<char> &b) {
     return p;
 }
 
+#ifdef GDN_OUT_NORM
+// norm.cu's gated_rms_norm_vec_kernel<128> (16 lanes per (token, head), 8 warps), the two-call path's second call,
+// on the shared gated_norm.cuh functions (norm.cu itself is not part of the emulated source)
+void ref_gated_norm_kernel(const bf16 *x, const bf16 *z, int64_t ldz, const float *w, int rw, bf16 *out, int64_t T,
+                           int64_t H, float eps) {
+    const int lane = threadIdx.x & 31, sub = lane % 16;
+    float wv[8];
+    gated_norm_weights(w, sub, wv);
+    const int64_t base = (int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5)) * 2, item = base + lane / 16;
+    const bool valid = item < T * H;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    Pack8 zp;
+    if (valid) {
+        const Pack8 xp = reinterpret_cast<const Pack8 *>(x + item * 128)[sub];
+        zp = reinterpret_cast<const Pack8 *>(z + (item / H) * ldz + (item % H) * 128)[sub];
+        for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
+    }
+    const float inv = gated_norm_inv<16>(v, eps);
+    if (valid) reinterpret_cast<Pack8 *>(out + item * 128)[sub] = gated_norm_pack8(v, zp, wv, inv, rw);
+}
+#endif
+
 int main(int argc, char **argv) {
     if (argc != 9) { fprintf(stderr, "usage: emu DIR T H HK LD N_SEQS SCALE\n"); return 2; }
     const std::string dir = argv[2];
@@ -83,5 +105,21 @@ int main(int argc, char **argv) {
                scale, ws, lay, o);
 #endif
     writef(dir + "/o.bin", o, obytes);
+#ifdef GDN_OUT_NORM  // check.py --norm: the out kernel with the gated RMSNorm folded in, against the norm kernel on o
+    if (getenv("GDN_EMU_NORM") && !GDN_WALK_OUT && n > 0) {
+        const int64_t ldz = H * 128 + 8;
+        bf16 *z = copy_in<bf16>(readf(dir + "/z.bin"));
+        float *w = copy_in<float>(readf(dir + "/w.bin"));
+        const int rw = atoi(getenv("GDN_EMU_NORM"));
+        const float eps = 1e-6f;
+        bf16 *ref = (bf16 *)amalloc(obytes, 0xFF), *fused = (bf16 *)amalloc(obytes, 0xFF);
+        emu_launch(ref_gated_norm_kernel, dim3(unsigned((T * H + 15) / 16)), dim3(256), (const bf16 *)o,
+                   (const bf16 *)z, ldz, (const float *)w, rw, ref, T, H, eps);
+        emu_launch(gdn_out_norm_mma_kernel, dim3(nc, H), dim3(kThreads), (const bf16 *)x, ld, int(n), int(H),
+                   int(HK), scale, ws, lay, fused, OutNorm{z, ldz, w, rw, eps});
+        writef(dir + "/norm_ref.bin", ref, obytes);
+        writef(dir + "/norm_fused.bin", fused, obytes);
+    }
+#endif
     return 0;
 }

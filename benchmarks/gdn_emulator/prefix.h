@@ -104,6 +104,7 @@ inline void land(const std::vector<Cp> &g) { for (auto &c : g) { if (c.valid) st
 }
 inline void cp_async16(void *s, const void *gsrc, bool valid) { emu::open_group.push_back({s, gsrc, valid}); }
 inline float4 lds128(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // MUFU.RSQ's bits are the GPU's own
 inline void cp_async_commit() { emu::groups.push_back(std::move(emu::open_group)); emu::open_group.clear(); }
 inline void cp_async_wait_all() {
     for (auto &g : emu::groups) emu::land(g);

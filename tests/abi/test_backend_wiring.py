@@ -53,6 +53,7 @@ class FakeLibrary(abi.Library):
         self.sigmoid_gated_calls = 0  # cs1_attention_sigmoid_gated calls
         self.gather_calls = 0  # cs1_gather_rows calls
         self.rows_attention_calls = 0  # cs1_attention_gated_rows calls
+        self.prefill_norm_calls = 0  # cs1_gdn_prefill_norm calls
         self._sigmoid_gate = False
 
     def build_info(self) -> str:
@@ -233,6 +234,13 @@ class FakeLibrary(abi.Library):
         self.put(o, out, T, H * 128)
         return 0
 
+    def cs1_gdn_prefill_norm(self, qkv, ld, g, beta, cu, n, z, ldz, w, rw, eps, o, out, ws, wsb, T, H, HK, scale, s):
+        # cs1.h: the prefill, then the gated RMSNorm (D = 128) into out, the same bytes on every prompt row
+        self.prefill_norm_calls += 1
+        assert ldz % 8 == 0 and all(self._addr(p) % 16 == 0 for p in (z, w, out)), "cs1.h's alignment"
+        self.cs1_gdn_prefill(qkv, ld, g, beta, cu, n, o, ws, wsb, T, H, HK, scale, s)
+        return self.cs1_gated_rms_norm(o, z, ldz, w, rw, out, T, H, 128, eps, s)
+
     def cs1_gated_rms_norm(self, x, z, ldz, w, rw, out, T, H, D, eps, s):
         xv = self.bf(x, T * H, D)
         zv = self.bf(z, T, H * D, ldz).reshape(T * H, D)
@@ -378,12 +386,13 @@ def tiny_folder_gdn_last(tmp_path_factory):
 
 
 @pytest.mark.parametrize("last_layer", ["attention", "gdn"])
-@pytest.mark.parametrize("tail_rows,tail_attention,tail_query", [("auto", "auto", "auto"), ("auto", "auto", "off"),
-                                                                 ("auto", "off", "auto"), ("off", "auto", "auto")])
+@pytest.mark.parametrize("tail_rows,tail_attention,tail_query,gdn_norm",
+                         [("auto", "auto", "auto", "auto"), ("auto", "auto", "off", "auto"),
+                          ("auto", "off", "auto", "off"), ("off", "auto", "auto", "auto")])
 @pytest.mark.parametrize("gate_in_prep", ["auto", "off"])
 @pytest.mark.parametrize("mode", ["bidirectional", "causal"])
 def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_prep, tail_rows, tail_attention,
-                                          tail_query, last_layer):
+                                          tail_query, gdn_norm, last_layer):
     monkeypatch.setattr(cuda_backend, "TAIL_QUERY_MIN_ROWS", 0)  # the query at the read-out rows at every length
     folder = request.getfixturevalue("tiny_folder" if last_layer == "attention" else "tiny_folder_gdn_last")
     ck = load_checkpoint(folder, attention_mode=mode, require_tokenizer=False)
@@ -392,9 +401,14 @@ def test_backend_wiring_matches_reference(request, monkeypatch, mode, gate_in_pr
     rows = [rng.integers(100, TINY["vocab_size"], n).astype(np.int32) for n in LENGTHS]
     lib = FakeLibrary()
     with CudaBackend(ck, library=lib, max_tokens=512, max_rows=8, graphs=False, gate_in_prep=gate_in_prep,
-                     tail_rows=tail_rows, tail_attention=tail_attention, tail_query=tail_query) as be:
+                     tail_rows=tail_rows, tail_attention=tail_attention, tail_query=tail_query,
+                     gdn_norm=gdn_norm) as be:
         got = be.letter_logits(rows)  # 328 rows: one GEMM per projection
         assert lib.split_calls == 0
+        # each GDN layer's prefill and gated RMSNorm as one call (auto) or two (off)
+        n_gdn = ck.config.layer_types.count("linear_attention")
+        assert lib.prefill_norm_calls == (n_gdn if gdn_norm == "auto" else 0)
+        assert (be.describe()["gdn_norm"] == "off (option)") == (gdn_norm == "off")
         # the last attention at the read-out rows only with the tail there and an attention layer last
         rows_attention = tail_rows == "auto" and tail_attention == "auto" and last_layer == "attention"
         assert lib.rows_attention_calls == int(rows_attention)

@@ -45,6 +45,7 @@ def test_environment_twins_and_flag_precedence():
     assert Settings().tail_attention == "auto"
     assert parse(["--demo"], {"CS1_TAIL_ATTENTION": "off"}).tail_attention == "off"
     assert Settings().tail_query == "auto" and parse(["--demo", "--tail-query", "off"], {}).tail_query == "off"
+    assert Settings().gdn_norm == "auto" and parse(["--demo"], {"CS1_GDN_NORM": "off"}).gdn_norm == "off"
 
 
 def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):

@@ -54,3 +54,12 @@ def test_every_walk_form_gives_the_same_bytes(emulator):
     for walk, exe in zip(WALKS[1:], exes[1:], strict=True):
         out = emulator.case((exe, None), [1, 64, 130], 2, 1, pad=7)
         assert np.array_equal(out, first), f"{walk} differs from {WALKS[0]}"
+
+
+@pytest.mark.parametrize("round_weighted", [1, 0])
+def test_out_kernel_with_the_norm_folded_in_gives_the_norm_kernels_bytes(emulator, round_weighted):
+    """gdn_out_norm_mma_kernel (cs1_gdn_prefill_norm above 256 rows) against the norm kernel's row code on the out
+    kernel's own O: the same bytes on every prompt row, padding rows left to prep (norm_case asserts both)."""
+    exe = emulator.build(ROOT / "native", "gdn_walk_mma_kernel<2, false>", f"emu_norm{round_weighted}")
+    fused = emulator.norm_case(exe, [1, 64, 65], 2, 1, pad=5, round_weighted=round_weighted)
+    assert fused.shape == (135, 256)
