@@ -16,11 +16,8 @@ __global__ void silu_mul_packed(const bf16 *__restrict__ gu, int64_t ld, bf16 *_
         const int64_t t = p / packs_per_row, c = (p % packs_per_row) * 8;
         const Pack8 g = *reinterpret_cast<const Pack8 *>(gu + t * ld + c);
         const Pack8 u = *reinterpret_cast<const Pack8 *>(gu + t * ld + I + c);
-        float gf[8], sg[8];  // swiglu's arithmetic, the 8 SiLUs interleaved (silu_n: silu_f's bits, no branches)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) gf[j] = bf2f(g.v[j]);
-        silu_n<4>(gf, sg);  // two groups of 4: 8 at once took 47 registers (37 before)
-        silu_n<4>(gf + 4, sg + 4);
+        float sg[8];  // swiglu's arithmetic, the 8 SiLUs interleaved (silu_n: silu_f's bits, no branches)
+        silu_pack8(g, sg);
         Pack8 o;
 #pragma unroll
         for (int j = 0; j < 8; ++j) o.v[j] = f2bf(round_bf(sg[j]) * bf2f(u.v[j]));

@@ -20,11 +20,8 @@ __device__ __forceinline__ float gated_norm_inv(const float v[8], float eps) {
 // The lane's 8 outputs from its 8 values, their z, weights and the row's inv.
 __device__ __forceinline__ Pack8 gated_norm_pack8(const float v[8], const Pack8 &zp, const float wv[8], float inv,
                                                   int round_weighted) {
-    float zf[8], sz[8];  // the 8 SiLUs interleaved (silu_n: silu_f's bits, no branches)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) zf[e] = bf2f(zp.v[e]);
-    silu_n<4>(zf, sz);  // two groups of 4: 8 at once took 64 registers (44 before)
-    silu_n<4>(zf + 4, sz + 4);
+    float sz[8];  // the 8 SiLUs interleaved (silu_n: silu_f's bits, no branches)
+    silu_pack8(zp, sz);
     Pack8 o;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
