@@ -87,18 +87,21 @@ pytest_step() {  # name, time limit, pytest args...
   pytest_record "$1" "$2" "$s"
 }
 
-# ---- ABI + kernel tests, with the whole model's tests and the GDN tests on the split path beside them in two more
-# processes (one GPU holds all three; no test is timed): in sequence they no longer fit one device call (session 20:
-# 281 s, 138 s and 74 s side by side)
+# ---- ABI + kernel tests, with the whole model's and the GDN kernels' tests and the GDN tests on the split path beside
+# them in two more processes (one GPU holds all three; no test is timed): in sequence they no longer fit one device
+# call (session 21: kernels 388 s, model 157 s, split 110 s side by side; test_gdn and test_gdn_norm now run with
+# the model's tests, which had the room)
 if [ $build_ok = 1 ]; then
   side_s=$(elapsed)
   side_limit=$(limit 420 90)
-  pytest_run model "$side_limit" -s -v tests/gpu/test_model.py &  # -s: numbers stream to the log live
+  # -s: numbers stream to the log live
+  pytest_run model "$side_limit" -s -v tests/gpu/test_model.py tests/gpu/test_gdn.py tests/gpu/test_gdn_norm.py &
   model_pid=$!
   # the GDN tests again on the path of devices with less shared memory (separate out kernel at every length)
   CS1_GDN_SPLIT_OUT=1 pytest_run gdn_split "$side_limit" tests/gpu/test_gdn.py &
   split_pid=$!
-  pytest_step kernels "$side_limit" tests/abi tests/gpu --ignore=tests/gpu/test_model.py
+  pytest_step kernels "$side_limit" tests/abi tests/gpu --ignore=tests/gpu/test_model.py \
+    --ignore=tests/gpu/test_gdn.py --ignore=tests/gpu/test_gdn_norm.py
   wait $model_pid
   pytest_record model "$side_limit" "$side_s"
   wait $split_pid
