@@ -99,7 +99,7 @@ __device__ __forceinline__ void silu_n(const float *x, float *out) {
         for (int e = 0; e < n; ++e) out[e] = silu_f(x[e]);
     }
 }
-// silu_f of 8 packed bf16 values, as two interleaved groups of 4 (8 at once took ~20 more registers in its users)
+// silu_f of 8 packed bf16 values, as two interleaved groups of 4 (8 at once took 10-20 more registers in its users)
 __device__ __forceinline__ void silu_pack8(const Pack8 &x, float out[8]) {
     float f[8];
 #pragma unroll
