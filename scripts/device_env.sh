@@ -8,3 +8,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export CS1_LIBRARY=$PWD/target/libqwen3_5_cuda.so
+# The host under the GPU: HTTP p50 has moved by up to 1.5 ms between machine starts with the GPU forward unchanged
+# (session 22: client - server 1.36 to 2.05 ms, tokenize 0.24 to 0.39 ms), so every run records what it ran on.
+{
+  echo "date: $(date -u)"; echo "nproc: $(nproc)"
+  lscpu 2>/dev/null | grep -E "^(Model name|Vendor ID|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|CPU MHz|CPU max MHz|Hypervisor)"
+  echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
+  echo "cpuidle driver: $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)"
+  echo "loadavg: $(cat /proc/loadavg)"
+} >"$1/host.txt" 2>&1
