@@ -3,6 +3,9 @@ empty buffers and random bf16 operands on one stream, all freed together."""
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import numpy as np
 
 from startlux_native import bf16
@@ -48,3 +51,25 @@ class DeviceBuffers:
         for p in self._ptrs:
             self.lib.cs1_free(p)
         self._ptrs.clear()
+
+
+def graph_ms_per_call(lib, stream, call, calls: int, trials: int) -> float:
+    """call(k) for k = 0 .. calls - 1 captured back to back in one CUDA graph; ms per call = replay time / calls (host
+    clock around launch + sync), median of `trials` replays. call(0) runs eagerly first, so lazy set-up (plans,
+    shared-memory attributes) stays outside the capture."""
+    ffi = lib.ffi
+    call(0)
+    lib.cs1_stream_sync(stream)
+    g = ffi.new("void **")
+    lib.cs1_graph_begin(stream)
+    for k in range(calls):
+        call(k)
+    lib.cs1_graph_end(stream, g)
+    times = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        lib.cs1_graph_launch(g[0], stream)
+        lib.cs1_stream_sync(stream)
+        times.append((time.perf_counter() - t0) / calls * 1e3)
+    lib.cs1_graph_destroy(g[0])
+    return statistics.median(times)

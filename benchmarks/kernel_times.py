@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
 
-from benchmarks.device_buffers import DeviceBuffers
+from benchmarks.device_buffers import DeviceBuffers, graph_ms_per_call
 from startlux_native import abi
 
 H, I, HQ, HKV, DH, HV, HKL = 2560, 9216, 16, 4, 256, 32, 16
@@ -42,21 +40,7 @@ def main(argv=None) -> int:
     up, empty, rb = dev.up, dev.empty, dev.rb
 
     def timed(fn) -> float:
-        fn()  # eager first: lazy set-up (plans, smem attributes) outside the capture
-        lib.cs1_stream_sync(s)
-        g = ffi.new("void **")
-        lib.cs1_graph_begin(s)
-        for _ in range(args.calls):
-            fn()
-        lib.cs1_graph_end(s, g)
-        times = []
-        for _ in range(args.trials):
-            t0 = time.perf_counter()
-            lib.cs1_graph_launch(g[0], s)
-            lib.cs1_stream_sync(s)
-            times.append((time.perf_counter() - t0) / args.calls * 1e3)
-        lib.cs1_graph_destroy(g[0])
-        return statistics.median(times)
+        return graph_ms_per_call(lib, s, lambda _k: fn(), args.calls, args.trials)
 
     hg = ffi.new("void **")
     lib.cs1_gemm_create(32 << 20, hg)

@@ -22,11 +22,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import numpy as np
 
-from benchmarks.device_buffers import DeviceBuffers
+from benchmarks.device_buffers import DeviceBuffers, graph_ms_per_call
 from startlux_native import abi, bf16
 
 H, I = 2560, 9216
@@ -76,21 +75,7 @@ def main(argv=None) -> int:
             lib.cs1_gemm(gemm, rows(act, r0, I), I, wd, rows(y, r0, H), H, m, H, I, s)
 
     def timed(T: int, B: int, x, gu, act, y) -> float:
-        mlp(x, gu, act, y, T, B, 0)  # eager first: plans and attributes outside the capture
-        lib.cs1_stream_sync(s)
-        g = ffi.new("void **")
-        lib.cs1_graph_begin(s)
-        for k in range(args.calls):
-            mlp(x, gu, act, y, T, B, k)
-        lib.cs1_graph_end(s, g)
-        times = []
-        for _ in range(args.trials):
-            t0 = time.perf_counter()
-            lib.cs1_graph_launch(g[0], s)
-            lib.cs1_stream_sync(s)
-            times.append((time.perf_counter() - t0) / args.calls * 1e3)
-        lib.cs1_graph_destroy(g[0])
-        return statistics.median(times)
+        return graph_ms_per_call(lib, s, lambda k: mlp(x, gu, act, y, T, B, k), args.calls, args.trials)
 
     def output(T: int, B: int, x, gu, act, y) -> np.ndarray:
         lib.cs1_memset_async(y, 0xFF, T * H * 2, s)  # poisoned: a row the blocks miss stays NaN
