@@ -95,7 +95,10 @@ def main(argv=None) -> int:
             return 1
         for B in [b for b in blocks if b < T]:
             got = output(T, B, x, gu, act, y)
-            dy = float(np.max(np.abs(got - ref))) if np.isfinite(got).all() else float("nan")
+            if not np.isfinite(got).all():  # poison left: the blocks missed rows
+                print(f"mlp_blocks: non-finite blocked output at T={T}, B={B}", file=sys.stderr)
+                return 1
+            dy = float(np.max(np.abs(got - ref)))
             # whole and blocked alternate, so a drift of the card's clock reaches both alike
             whole, blocked = [], []
             for _ in range(2):
