@@ -56,10 +56,13 @@ trap finish EXIT
   --format=csv; nvcc --version | tail -1; } >"$W/env.txt" 2>&1
 cat "$W/env.txt" >>"$S"
 
-# The old arm's Python steps run in ab_old with its own package, so the two builds may differ in ABI version.
+# The old arm's Python steps run in ab_old with its own package, so the two builds may differ in ABI version. An
+# ab_old of native/ and build.sh alone (the usual `git archive <old> native build.sh`) has no Python package: its
+# steps then run the working tree's benchmarks against the old library (the same ABI version is then needed).
 OLD_PYTHONPATH=$(echo "$PYTHONPATH" | sed "s#$PWD#$PWD/ab_old#")
 arm_run() {  # arm_run old|new command...: the command in the arm's own checkout
-  if [ "$1" = old ]; then shift; (cd ab_old && PYTHONPATH=$OLD_PYTHONPATH "$@"); else shift; "$@"; fi
+  if [ "$1" = old ] && [ -d ab_old/benchmarks ]; then shift; (cd ab_old && PYTHONPATH=$OLD_PYTHONPATH "$@")
+  else shift; "$@"; fi
 }
 NEW=$PWD/target/libqwen3_5_cuda.so
 OLD=$PWD/ab_old/target/libqwen3_5_cuda.so
