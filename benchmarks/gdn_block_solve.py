@@ -14,8 +14,9 @@ A_i = (Q_i K_i^T ⊙ D_i) as today (reference.gated_delta_rule_chunked), and λ_
 so the serial part is one C x C x d_v product per earlier chunk, and M_ij, N_ij (C x d_k x C each, independent of
 d_v) can be formed for all pairs at once. Entry (r, s) of N_ij is exp(Γ^i_r + γ_j + ... + γ_{i-1} - Γ^j_s) q_r . k_s:
 one exponent per entry (no e^{-Γ} factor on its own, which could overflow under strong decay); M_ij likewise.
-This module is the float64 statement of that form. The kernels that implement it (prep's pair matrices and the solve
-kernel) are prepared as benchmarks/prepared/68-gdn-solve.patch; nothing in the server uses this module.
+This module is the float64 statement of that form. The kernels that implemented it (prep's pair matrices and the
+solve kernel; branch exp/gdn-solve2, 9238ba3) ran on the H200 in session 23 and were refused: prep's pair matrices
+cost more than the walk they replaced (benchmarks/LEVERS.md, lever 68). Nothing in the server uses this module.
 """
 
 from __future__ import annotations
