@@ -152,7 +152,8 @@ constexpr int kPrepIndexMaxSeqs = 63;
 // Precision plan: the raw q and k rows are bf16, so they enter the tensor cores exactly (bf16 MMA, or bf16 bits as
 // tf32) and the L2 norms are applied as row / column factors afterwards. fp32 operands (W, S, Delta, P) are split
 // into tf32 hi + lo: products that feed the state use the 3-term (or 2-term, when the other side is exact) split,
-// which keeps ~fp32 accuracy; the output products use the same splits (cheap next to the loads).
+// which keeps ~fp32 accuracy. The output's products (Q S0 and P Delta) feed O only, which is stored as bf16: they
+// take each fp32 operand rounded to tf32 once (1-term; lever 69), an error below O's own rounding.
 
 constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
 constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
@@ -434,35 +435,30 @@ __device__ __forceinline__ void scale_q_rows(float acc[NT][4], const float *qs, 
     }
 }
 
-// acc[mi][j] += P[m0 + 16 mi.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (3-term tf32), for MI 16-row tiles
-// at once (each Delta value is split once for all of them); Delta in smem of stride ldb. Every element gets the same
-// products in the same order whatever MI.
+// acc[mi][j] += P[m0 + 16 mi.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (1-term tf32: both rounded), for MI
+// 16-row tiles at once (each Delta value is rounded once for all of them); Delta in smem of stride ldb. Every
+// element gets the same products in the same order whatever MI.
 template <int MI, int NT>
 __device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int ldb, int m0, int n0,
                                             float acc[MI][NT][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k0 = 0; k0 < kC; k0 += 8) {
-        uint32_t ah[MI][4], al[MI][4];
+        uint32_t a[MI][4];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
             const int r = m0 + 16 * mi + g;
-            tf32_split(P[r * kLdL + k0 + t], ah[mi][0], al[mi][0]);
-            tf32_split(P[(r + 8) * kLdL + k0 + t], ah[mi][1], al[mi][1]);
-            tf32_split(P[r * kLdL + k0 + t + 4], ah[mi][2], al[mi][2]);
-            tf32_split(P[(r + 8) * kLdL + k0 + t + 4], ah[mi][3], al[mi][3]);
+            a[mi][0] = tf32_rna_bits(P[r * kLdL + k0 + t]);
+            a[mi][1] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t]);
+            a[mi][2] = tf32_rna_bits(P[r * kLdL + k0 + t + 4]);
+            a[mi][3] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t + 4]);
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            uint32_t bh[2], bl[2];
-            tf32_split(B[(k0 + t) * ldb + n0 + 8 * j + g], bh[0], bl[0]);
-            tf32_split(B[(k0 + t + 4) * ldb + n0 + 8 * j + g], bh[1], bl[1]);
+            const uint32_t b[2] = {tf32_rna_bits(B[(k0 + t) * ldb + n0 + 8 * j + g]),
+                                   tf32_rna_bits(B[(k0 + t + 4) * ldb + n0 + 8 * j + g])};
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                mma_tf32(acc[mi][j], al[mi], bh);
-                mma_tf32(acc[mi][j], ah[mi], bl);
-                mma_tf32(acc[mi][j], ah[mi], bh);
-            }
+            for (int mi = 0; mi < MI; ++mi) mma_tf32(acc[mi][j], a[mi], b);
         }
     }
 }
@@ -648,7 +644,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
         float oacc[2][4] = {};
         if constexpr (kOut && !kPIn) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
-        {  // Delta = U - W S (and O = Q_raw S, 2-term: q is exact)
+        {  // Delta = U - W S (and O = Q_raw S, 1-term: q is exact, S's hi is S rounded)
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
             float big[2][4] = {}, small[2][4] = {};
@@ -673,10 +669,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     mma_tf32(small[j], ah, bl);
                     mma_tf32(small[j], al, bh);
                     mma_tf32(big[j], ah, bh);
-                    if constexpr (kOut) {
-                        mma_tf32(oacc[j], aq, bl);
-                        mma_tf32(oacc[j], aq, bh);
-                    }
+                    if constexpr (kOut) mma_tf32(oacc[j], aq, bh);
                 }
             }
             float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
@@ -789,7 +782,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
     float acc[2][4][4] = {};
     const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
-    for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (2-term: q is exact)
+    for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (1-term: q is exact, S0 rounded)
         if (half == 1) {
             __syncthreads();  // every read of S0 rows 0..63 done
             cp_rows_f32(sm.B, kLdF, s0 + kC * kD, kD);
@@ -811,14 +804,10 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                uint32_t bh[2], bl[2];
-                tf32_split(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g], bh[0], bl[0]);
-                tf32_split(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g], bh[1], bl[1]);
+                const uint32_t b[2] = {tf32_rna_bits(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g]),
+                                       tf32_rna_bits(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g])};
 #pragma unroll
-                for (int mi = 0; mi < 2; ++mi) {
-                    mma_tf32(acc[mi][j], a[mi], bl);
-                    mma_tf32(acc[mi][j], a[mi], bh);
-                }
+                for (int mi = 0; mi < 2; ++mi) mma_tf32(acc[mi][j], a[mi], b);
             }
         }
     }

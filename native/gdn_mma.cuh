@@ -67,3 +67,11 @@ __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) 
     const int rest = int(__float_as_uint(x - __uint_as_float(h)));  // exact: x - h fits in the 13 dropped bits
     lo = uint32_t(min(rest, 0x7fffefff) + 0x1000);
 }
+
+// x rounded to tf32 as tf32_split's hi (nearest, ties away from zero), for a 1-term product: an operand of O only,
+// whose bf16 store rounds 4x coarser (lever 69). No mask: the tensor cores ignore the low 13 bits. The clamp keeps
+// the canonical NaN 0x7fffffff a NaN (+ 0x1000 would wrap it to -0); Inf stays Inf, FLT_MAX rounds to Inf as
+// cvt.rna does. A negative NaN would read as +0; the GPU's arithmetic returns only 0x7fffffff.
+__device__ __forceinline__ uint32_t tf32_rna_bits(float x) {
+    return uint32_t(min(int(__float_as_uint(x)), 0x7fffefff) + 0x1000);
+}
