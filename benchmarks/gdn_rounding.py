@@ -1,0 +1,116 @@
+"""How much the GDN prefill's tf32 operand rounding adds to its output error, on the CPU, before any kernel exists.
+
+    python -m benchmarks.gdn_rounding [--cases 700w,700,2048,4097,4097w] [--heads 4]
+
+A float64 model of the chunked gated delta rule (the steps of tests/gpu/test_gdn.py's chunked_mirror: prep's U and
+W, the walk's Delta = U - W S and state update, O = diag(qs e^Gam) Q S0 + P Delta), with the stored quantities in
+fp32 as the kernels store them and each tensor-core product's operands either exact (the 2- and 3-term tf32 splits
+keep ~fp32: modelled exact) or rounded once to tf32 (nearest, ties away, as tf32_rna_bits). O is compared before
+its bf16 store against the token-by-token float64 recurrence of test_gdn, on test_gdn's own random inputs
+(prefill_inputs: bf16 q, k, v, realistic or weak decay), as max and mean |O - ref| / max |ref|. For scale: the bf16
+store alone adds up to 2^-9 of |O| (test_gdn's measured ~2-3.5e-3 on the GPU).
+
+Forms (which products take 1-term operands):
+  exact     none (main before lever 69)
+  o-1term   Q S0 and P Delta, which feed O only (lever 69, main since session 24)
+  all-1term also the state's W S and K^T diag(f) Delta (lever 70)
+A case is T[w]: T rows, w for weak decay (g ~ -1e-5..-1e-3, the state barely forgets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("test_gdn", ROOT / "tests" / "gpu" / "test_gdn.py")
+tg = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tg)
+C, D = tg.C, tg.D
+FORMS = {"exact": (False, False), "o-1term": (True, False), "all-1term": (True, True)}
+
+
+def tf32(x):
+    """x (as fp32) rounded to tf32: nearest, ties away from zero, as the kernels' tf32_rna_bits (finite x)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def f32(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float64)
+
+
+def chunked(q, k, v, g, beta, scale, o_1term, state_1term):
+    """One prompt, every head: O before its bf16 store [T, H, 128]."""
+    t, hv = v.shape[0], v.shape[1]
+    r = hv // k.shape[1]
+    ro = tf32 if o_1term else f32
+    rs = tf32 if state_1term else f32
+    lower = np.tril(np.ones((C, C), dtype=bool), -1)
+    incl = np.tril(np.ones((C, C), dtype=bool))
+    state = np.zeros((hv, D, D))
+    o = np.zeros((t, hv, D))
+    for row0 in range(0, t, C):
+        n = min(C, t - row0)
+        rows = slice(row0, row0 + n)
+
+        def pad(x, n=n):
+            out = np.zeros((C,) + x.shape[1:])
+            out[:n] = x
+            return np.moveaxis(out, 1, 0)
+
+        kraw, qraw = np.repeat(pad(k[rows]), r, axis=0), np.repeat(pad(q[rows]), r, axis=0)
+        vv, gg, bb = pad(v[rows]), pad(g[rows]), pad(beta[rows])
+        gam = np.cumsum(gg, axis=1)
+        rk = 1.0 / np.sqrt(np.sum(kraw * kraw, axis=2) + tg.L2_EPS)
+        gram = (kraw @ np.swapaxes(kraw, 1, 2)) * rk[:, :, None] * rk[:, None, :]
+        big_l = np.where(lower, bb[:, :, None] * gram * np.exp(np.where(lower, gam[:, :, None] - gam[:, None, :], 0)), 0)
+        rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam) * rk)[:, :, None] * kraw
+        u, w = np.zeros_like(rhs_u), np.zeros_like(rhs_w)
+        for i in range(C):  # prep's forward substitution (fp32 on the GPU; its rounding is not what is asked here)
+            u[:, i] = rhs_u[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], u[:, :i])
+            w[:, i] = rhs_w[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], w[:, :i])
+        s0 = f32(state)
+        delta = f32(f32(u) - rs(w) @ rs(s0))  # K^T and Q enter exactly (bf16 rows)
+        gam_last = gam[:, C - 1]
+        f = rk * np.exp(gam_last[:, None] - gam)
+        state = f32(np.exp(gam_last)[:, None, None] * s0 + np.swapaxes(kraw, 1, 2) @ rs(f32(f[:, :, None] * delta)))
+        qs = scale / np.sqrt(np.sum(qraw * qraw, axis=2) + tg.L2_EPS)
+        diff = np.where(incl, gam[:, :, None] - gam[:, None, :], 0.0)
+        p = np.where(incl, (qraw @ np.swapaxes(kraw, 1, 2)) * qs[:, :, None] * rk[:, None, :] * np.exp(diff), 0.0)
+        out = (qs * np.exp(gam))[:, :, None] * (qraw @ ro(s0)) + ro(f32(p)) @ ro(delta)
+        o[rows] = np.moveaxis(out, 0, 1)[:n]
+    return o
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="700w,700,2048,4097,4097w", help="T[w] list (default: %(default)s)")
+    ap.add_argument("--heads", type=int, default=4, help="value heads (key heads: half; default %(default)s)")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    h, hk = args.heads, max(1, args.heads // 2)
+    print(f"|O - ref| / max|ref| before the bf16 store, {h} value heads, seed {args.seed}: max (mean)")
+    print(f"{'case':>7}  " + "  ".join(f"{name:>20}" for name in FORMS))
+    for case in args.cases.split(","):
+        weak = case.endswith("w")
+        t = int(case.rstrip("w"))
+        rng = np.random.default_rng(args.seed)
+        _, _, g, beta, q, k, v = tg.prefill_inputs(rng, t, h, hk, weak=weak)
+        g64, b64 = g.astype(np.float64), beta.astype(np.float64)
+        ref = tg.recurrence(q, k, v, g64, b64, D**-0.5)
+        top = np.abs(ref).max()
+        cells = []
+        for o_1term, state_1term in FORMS.values():
+            err = np.abs(chunked(q, k, v, g64, b64, D**-0.5, o_1term, state_1term) - ref) / top
+            cells.append(f"{err.max():.2e} ({err.mean():.1e})")
+        print(f"{case:>7}  " + "  ".join(f"{c:>20}" for c in cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
