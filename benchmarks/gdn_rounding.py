@@ -68,7 +68,8 @@ def chunked(q, k, v, g, beta, scale, o_1term, state_1term):
         gam = np.cumsum(gg, axis=1)
         rk = 1.0 / np.sqrt(np.sum(kraw * kraw, axis=2) + tg.L2_EPS)
         gram = (kraw @ np.swapaxes(kraw, 1, 2)) * rk[:, :, None] * rk[:, None, :]
-        big_l = np.where(lower, bb[:, :, None] * gram * np.exp(np.where(lower, gam[:, :, None] - gam[:, None, :], 0)), 0)
+        decay = np.exp(np.where(lower, gam[:, :, None] - gam[:, None, :], 0.0))
+        big_l = np.where(lower, bb[:, :, None] * gram * decay, 0.0)
         rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam) * rk)[:, :, None] * kraw
         u, w = np.zeros_like(rhs_u), np.zeros_like(rhs_w)
         for i in range(C):  # prep's forward substitution (fp32 on the GPU; its rounding is not what is asked here)
