@@ -3,7 +3,8 @@
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
 #   siluexact benchmarks/silu_exact.cu: silu_n against silu_f on every fp32 input, bit for bit (no library involved)
-#   parity    benchmarks/gdn_parity.py old against new, byte for byte
+#   parity    benchmarks/gdn_parity.py old against new, byte for byte (PARITY_OLD=mid: mid against new, for two
+#             stacked levers whose second keeps the first one's bytes)
 #   bparity   benchmarks/build_parity.py old against new (against mid when ab_mid/ exists: the first of two
 #             stacked levers is the one that must keep the bytes; BPARITY_NEW=1 also compares old against new, for
 #             two stacked levers that both keep them): the whole model's letter logits, byte for byte
@@ -91,8 +92,13 @@ if step siluexact; then
   say "silu_exact rc=$?: $(grep -A8 "results differ" "$W/silu_exact.log" || tail -n3 "$W/silu_exact.log")"
 fi
 if step parity; then
-  timeout 120 python3 -m benchmarks.gdn_parity "$OLD" "$NEW" >"$W/parity.log" 2>&1
-  say "parity rc=$?: $(tail -n1 "$W/parity.log")"
+  PARITY_A=$OLD
+  if [ "${PARITY_OLD:-old}" = mid ]; then
+    PARITY_A=${MID:-$OLD}
+    [ -z "$MID" ] && say "PARITY_OLD=mid without ab_mid/: parity runs old against new"
+  fi
+  timeout 120 python3 -m benchmarks.gdn_parity "$PARITY_A" "$NEW" >"$W/parity.log" 2>&1
+  say "parity ($(basename "$(dirname "$(dirname "$PARITY_A")")") against new) rc=$?: $(tail -n1 "$W/parity.log")"
 fi
 if step bparity; then
   need_checkpoint
