@@ -98,7 +98,8 @@ if step parity; then
     [ -z "$MID" ] && say "PARITY_OLD=mid without ab_mid/: parity runs old against new"
   fi
   timeout 120 python3 -m benchmarks.gdn_parity "$PARITY_A" "$NEW" >"$W/parity.log" 2>&1
-  say "parity ($(basename "$(dirname "$(dirname "$PARITY_A")")") against new) rc=$?: $(tail -n1 "$W/parity.log")"
+  rc=$?  # before any command substitution below resets $?
+  say "parity ($(basename "$(dirname "$(dirname "$PARITY_A")")") against new) rc=$rc: $(tail -n1 "$W/parity.log")"
 fi
 if step bparity; then
   need_checkpoint
