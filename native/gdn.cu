@@ -10,12 +10,11 @@
 // Rows of a partial chunk past the prompt end are masked (k = v = beta = g = 0), which leaves every valid row and
 // the state exact.
 //
-// Tensor cores (mma.sync, gdn_mma.cuh), keeping ~fp32 accuracy: the raw q, k rows are bf16, so their products go
-// through bf16 MMA (Q K^T, K K^T: exact products, fp32 sums) or enter tf32 MMA exactly (K^T Delta, Q S0); the L2
-// norms and decays are applied afterwards as row / column factors (k^ = k / |k|, so K^ * e^{Gam_63 - Gam} becomes
-// the factor f_i = e^{Gam_63 - Gam_i} / |k_i| on the rows of Delta). fp32 operands (W, S, Delta, P) are split into
-// tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
-// substitution stays fp32 on CUDA cores.
+// Tensor cores (mma.sync, gdn_mma.cuh): the raw q, k rows are bf16, so their products go through bf16 MMA (Q K^T,
+// K K^T: exact products, fp32 sums) or enter tf32 MMA exactly (K^T Delta, Q S0); the L2 norms and decays are
+// applied afterwards as row / column factors (k^ = k / |k|, so K^ * e^{Gam_63 - Gam} becomes the factor
+// f_i = e^{Gam_63 - Gam_i} / |k_i| on the rows of Delta). fp32 operands (W, S, Delta, P) enter rounded to tf32
+// (see the precision plan below). The forward substitution stays fp32 on CUDA cores.
 //
 // Two launches per cs1_gdn_prefill up to kWalkOutMaxRows rows on devices with the shared memory for it, three
 // otherwise (see GdnPath), and one more above kPrepIndexMaxSeqs prompts:
@@ -150,10 +149,12 @@ constexpr int kPrepIndexMaxSeqs = 63;
 // ---- prefill: 2, 3, 4 on tensor cores ---------------------------------------------------------------------------
 //
 // Precision plan: the raw q and k rows are bf16, so they enter the tensor cores exactly (bf16 MMA, or bf16 bits as
-// tf32) and the L2 norms are applied as row / column factors afterwards. fp32 operands (W, S, Delta, P) are split
-// into tf32 hi + lo: products that feed the state use the 3-term (or 2-term, when the other side is exact) split,
-// which keeps ~fp32 accuracy. The output's products (Q S0 and P Delta) feed O only, which is stored as bf16: they
-// take each fp32 operand rounded to tf32 once (1-term; lever 69), an error below O's own rounding.
+// tf32) and the L2 norms are applied as row / column factors afterwards. Each fp32 operand (W, S, Delta, P) is
+// rounded to tf32 once (2^-11 relative) and every tf32 product is one MMA: the output's (Q S0, P Delta; lever 69)
+// and the state's (W S, K^T diag(f) Delta; lever 70). Sums, the state and the substitution stay fp32. The state's
+// rounding recurs from chunk to chunk through the decayed state; benchmarks/gdn_rounding.py models it in float64:
+// O's error before its bf16 store stays ~5-10x below that store's own rounding (2^-9) up to 4,097 rows, with weak
+// decay too. (2- and 3-term hi + lo splits, ~fp32, until lever 70: in git history.)
 
 constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
 constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
@@ -346,6 +347,10 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
     const float *coef = is_w ? sm.cw : sm.beta;
     float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
+    // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (tf32_rna_bits, masked), which
+    // the walk then takes as is; U stays fp32. Per-thread constants instead of a select: the identity for U.
+    const int w_clamp = is_w ? 0x7fffefff : INT32_MAX;
+    const uint32_t w_half = is_w ? 0x1000u : 0u, w_mask = is_w ? 0xffffe000u : 0xffffffffu;
     float x[kC];
 #pragma unroll
     for (int i = 0; i < kC; ++i) {
@@ -359,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
             if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
         }
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        dst[i * kD] = x[i];
+        dst[i * kD] = __uint_as_float((uint32_t(min(int(__float_as_uint(x[i])), w_clamp)) + w_half) & w_mask);
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
         __syncthreads();
@@ -397,11 +402,10 @@ static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0 && sizeo
 // Shared memory of a walk block: kBufs chunk buffers, the state slab S and diag(f) Delta; with kOut also Delta,
 // P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
 // 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
-// pre_split (the walk without O only): S and diag(f) Delta stored as tf32 hi + lo, 30 KiB more: 181 KiB (sm_90).
 // p_in (with kOut): P and qs in each chunk buffer, and Delta over U in it: 219.5 KiB with two buffers (sm_90).
-constexpr size_t walk_smem(int bufs, bool out, bool pre_split = false, bool p_in = false) {
+constexpr size_t walk_smem(int bufs, bool out, bool p_in = false) {
     return bufs * (p_in ? sizeof(WalkPInBuf) : out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
-           (pre_split ? 2 : 1) * (kD * kLdSl + kC * kLdSl) * sizeof(float) +
+           (kD * kLdSl + kC * kLdSl) * sizeof(float) +
            (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
 }
 
@@ -499,36 +503,16 @@ __device__ __forceinline__ void stage_o_rows(const float acc[NT][4], bf16 *tile,
     }
 }
 
-// A shared B operand of the walk (the state slab S, [128][kLdSl], or diag(f) Delta, [64][kLdSl]). Pre-split: each
-// value is stored as tf32 hi + lo, split once by its writer, instead of as fp32 split again by every warp that reads
-// it (4 readers of each S value, 8 of each diag(f) Delta value). The MMAs get the same bits in the same order either
-// way (lever 20, re-applied on lever 32's split).
-template <bool kPreSplit>
-struct WalkOperand {
-    uint32_t *first;   // hi (pre-split) or the fp32 value's bits
-    uint32_t *second;  // lo (pre-split only)
-    __device__ __forceinline__ void put2(int at, float x0, float x1) const {  // at: even
-        if constexpr (kPreSplit) {
-            uint2 h, l;
-            tf32_split(x0, h.x, l.x);
-            tf32_split(x1, h.y, l.y);
-            *reinterpret_cast<uint2 *>(first + at) = h;
-            *reinterpret_cast<uint2 *>(second + at) = l;
-        } else {
-            *reinterpret_cast<float2 *>(first + at) = make_float2(x0, x1);
-        }
-    }
-    // the B fragment of rows (r, r + 4) at column c: at = r * kLdSl + c
-    __device__ __forceinline__ void fragment(int at, uint32_t hi[2], uint32_t lo[2]) const {
-        if constexpr (kPreSplit) {
-            hi[0] = first[at], hi[1] = first[at + 4 * kLdSl];
-            lo[0] = second[at], lo[1] = second[at + 4 * kLdSl];
-        } else {
-            tf32_split(__uint_as_float(first[at]), hi[0], lo[0]);
-            tf32_split(__uint_as_float(first[at + 4 * kLdSl]), hi[1], lo[1]);
-        }
-    }
-};
+// The walk's shared B operands (the state slab S, [128][kLdSl], and diag(f) Delta, [64][kLdSl]) hold tf32 bits,
+// rounded once by their writer rather than by each of their 4 (S) or 8 (diag(f) Delta) reader warps.
+__device__ __forceinline__ void put_tf32x2(uint32_t *tile, int at, float x0, float x1) {  // at: even
+    *reinterpret_cast<uint2 *>(tile + at) = make_uint2(tf32_rna_bits(x0), tf32_rna_bits(x1));
+}
+// the B fragment of rows (r, r + 4) at column c: at = r * kLdSl + c
+__device__ __forceinline__ void tf32_fragment(const uint32_t *tile, int at, uint32_t b[2]) {
+    b[0] = tile[at];
+    b[1] = tile[at + 4 * kLdSl];
+}
 
 template <bool kOut, bool kPIn = false>
 __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, const bf16 *rows, int64_t ld, int hk, int HK,
@@ -565,23 +549,22 @@ template <class Buf> __device__ __forceinline__ float *chunk_p_of(Buf &b, float 
 
 // Block (prompt, head, 32-column slab), 8 warps. The state slab S[128][32] lives in registers as MMA accumulators:
 // warp w holds rows 16w.. (st[j] = C fragment of columns 8j..8j+7). Per chunk:
-//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
-//   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
+//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 1-term tf32: W
+//                              rounded by prep, S by the walk)
+//   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 1-term, A exact)
 // while the next chunk's W, k (and q), U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with
 // one buffer they load after the chunk).
 // kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
-// kPreSplit (without kOut only: both do not fit one SM's shared memory): S and diag(f) Delta pre-split (WalkOperand).
 // kPIn (with kOut): P and qs come from prep (gdn_prep_mma_kernel<true>) with the chunk's other operands instead
 // of being formed on the walk's serial chain (a 64 x 64 x 128 MMA, the q norms and a barrier per chunk); Delta
 // overwrites U in the chunk buffer to make room. The same values in the same order: the same bytes.
-template <int kBufs, bool kOut, bool kPreSplit = false, bool kPIn = false>
+template <int kBufs, bool kOut, bool kPIn = false>
 __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
                                                                    int HK, float scale,
                                                                    unsigned char *__restrict__ ws, Layout lay,
                                                                    bf16 *__restrict__ o) {
-    static_assert(!(kOut && kPreSplit), "the pre-split operands leave no shared memory for O's tiles");
     static_assert(kOut || !kPIn, "P is an operand of O");
     using Buf = WalkBufOf<kOut, kPIn>;
     const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
@@ -596,9 +579,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     Buf *buf = reinterpret_cast<Buf *>(smem_raw);
     uint32_t *ops = reinterpret_cast<uint32_t *>(buf + kBufs);
     constexpr int kNs = kD * kLdSl, kNdf = kC * kLdSl;
-    const WalkOperand<kPreSplit> sS{ops, ops + kNs + kNdf};         // [128][kLdSl] state slab entering the chunk
-    const WalkOperand<kPreSplit> sDf{ops + kNs, ops + 2 * kNs + kNdf};  // [64][kLdSl] diag(f) Delta
-    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);             // kOut, !kPIn: [64][kLdSl] Delta
+    uint32_t *const sS = ops;                                 // [128][kLdSl] state slab entering the chunk (tf32)
+    uint32_t *const sDf = ops + kNs;                          // [64][kLdSl] diag(f) Delta (tf32)
+    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);  // kOut, !kPIn: [64][kLdSl] Delta
     float *sP = sD + kC * kLdSl;                          // kOut, !kPIn: [64][kLdL] P
     float *sQs = sP + kC * kLdL;                          // kOut, !kPIn: [64] scale / |q_i|
 
@@ -628,8 +611,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
             for (int j = 0; j < 4; ++j) {
                 const int col = 8 * j + 2 * t;
                 const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
-                sS.put2(r * kLdSl + col, lo.x, lo.y);
-                sS.put2((r + 8) * kLdSl + col, hi.x, hi.y);
+                put_tf32x2(sS, r * kLdSl + col, lo.x, lo.y);
+                put_tf32x2(sS, (r + 8) * kLdSl + col, hi.x, hi.y);
                 if constexpr (!kOut) {
                     *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
                     *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
@@ -644,18 +627,19 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
         float oacc[2][4] = {};
         if constexpr (kOut && !kPIn) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
-        {  // Delta = U - W S (and O = Q_raw S, 1-term: q is exact, S's hi is S rounded)
+        {  // Delta = U - W S and O = Q_raw S (1-term: W's and S's tf32 bits as stored, q exact)
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
-            float big[2][4] = {}, small[2][4] = {};
+            const uint32_t *wb = reinterpret_cast<const uint32_t *>(cur.W);
+            float ws_acc[2][4] = {};
             if (!first)
 #pragma unroll 4
             for (int k0 = 0; k0 < kD; k0 += 8) {
-                uint32_t ah[4], al[4], aq[4];
-                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
-                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
-                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
-                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+                uint32_t aw[4], aq[4];
+                aw[0] = wb[(m0 + g) * kLdF + k0 + t];
+                aw[1] = wb[(m0 + g + 8) * kLdF + k0 + t];
+                aw[2] = wb[(m0 + g) * kLdF + k0 + t + 4];
+                aw[3] = wb[(m0 + g + 8) * kLdF + k0 + t + 4];
                 if constexpr (kOut) {
                     aq[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t]);
                     aq[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t]);
@@ -664,12 +648,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 }
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    uint32_t bh[2], bl[2];
-                    sS.fragment((k0 + t) * kLdSl + n0 + 8 * j + g, bh, bl);
-                    mma_tf32(small[j], ah, bl);
-                    mma_tf32(small[j], al, bh);
-                    mma_tf32(big[j], ah, bh);
-                    if constexpr (kOut) mma_tf32(oacc[j], aq, bh);
+                    uint32_t b[2];
+                    tf32_fragment(sS, (k0 + t) * kLdSl + n0 + 8 * j + g, b);
+                    mma_tf32(ws_acc[j], aw, b);
+                    if constexpr (kOut) mma_tf32(oacc[j], aq, b);
                 }
             }
             float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
@@ -681,13 +663,13 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 for (int j = 0; j < 2; ++j) {
                     const int col = n0 + 8 * j + 2 * t;
                     const float2 u = *reinterpret_cast<const float2 *>(cur.U + i * kLdSl + col);
-                    const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
-                    const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
+                    const float d0 = u.x - ws_acc[j][2 * half];
+                    const float d1 = u.y - ws_acc[j][2 * half + 1];
                     if constexpr (kOut)
                         *reinterpret_cast<float2 *>(delta + i * kLdSl + col) = make_float2(d0, d1);
                     else
                         *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
-                    sDf.put2(i * kLdSl + col, d0 * f, d1 * f);
+                    put_tf32x2(sDf, i * kLdSl + col, d0 * f, d1 * f);
                 }
             }
         }
@@ -695,7 +677,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         if (!last) {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
             const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
             const int r0 = 16 * warp;
-            float big[4][4] = {}, small[4][4] = {};
+            float upd[4][4] = {};
 #pragma unroll 2
             for (int i0 = 0; i0 < kC; i0 += 8) {
                 uint32_t a[4];
@@ -705,17 +687,16 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                 a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g + 8]);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    uint32_t bh[2], bl[2];
-                    sDf.fragment((i0 + t) * kLdSl + 8 * j + g, bh, bl);
-                    mma_tf32(small[j], a, bl);
-                    mma_tf32(big[j], a, bh);
+                    uint32_t b[2];
+                    tf32_fragment(sDf, (i0 + t) * kLdSl + 8 * j + g, b);
+                    mma_tf32(upd[j], a, b);
                 }
             }
             const float e_last = expf(gam_last);
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
+                for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], upd[j][e]);
         }
         if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
             scale_q_rows<2>(oacc, qs, cur.gam, m0);
@@ -877,14 +858,12 @@ constexpr int64_t kWalkOutMaxRows = 256;
 constexpr int64_t kWalkPInMinRows = 128;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
-// one with kOut (0: it does not fit), pre_split for the walk without kOut with two buffers (sm_90's 227 KiB).
+// one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
-// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0, CS1_GDN_PRESPLIT=0 pre_split = 0 and
-// CS1_GDN_P_IN=0 p_in = 0: the paths of smaller devices (or the walk forming P itself), kept testable on larger ones.
+// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
-    int pre_split;
     int p_in;
 };
 
@@ -896,13 +875,13 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * pre_split + 32 * p_in
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * p_in
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, (v >> 2) & 3, (v >> 4) & 1, v >> 5};
+        *path = GdnPath{v & 3, (v >> 2) & 3, v >> 4};
         return 0;
     }
     int optin = 0;
@@ -911,10 +890,8 @@ int configure_device(GdnPath *path) {
     const size_t have = size_t(optin);
     path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
     path->out_bufs = (split && split[0] == '1') ? 0 : have >= walk_smem(2, true) ? 2 : have >= walk_smem(1, true);
-    const char *pre = getenv("CS1_GDN_PRESPLIT");
-    path->pre_split = !(pre && pre[0] == '0') && have >= walk_smem(2, false, true);
     const char *p_in = getenv("CS1_GDN_P_IN");
-    path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, false, true);
+    path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, true);
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
@@ -922,16 +899,13 @@ int configure_device(GdnPath *path) {
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
-    if (st == 0 && path->pre_split)
-        st = allow_smem(gdn_walk_mma_kernel<2, false, true>, walk_smem(2, false, true));
     if (st == 0 && path->out_bufs == 2) st = allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true));
     if (st == 0 && path->out_bufs == 1) st = allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
     if (st == 0 && path->p_in)
-        st = allow_smem(gdn_walk_mma_kernel<2, true, false, true>, walk_smem(2, true, false, true));
+        st = allow_smem(gdn_walk_mma_kernel<2, true, true>, walk_smem(2, true, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->pre_split + 32 * path->p_in,
-                          std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->p_in, std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -984,7 +958,7 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, 0, 0, 0};
+    GdnPath path{2, 0, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -1005,9 +979,8 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
-    const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
     const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
-    const size_t smem = walk_smem(bufs, walk_writes_o, pre_split, p_in);
+    const size_t smem = walk_smem(bufs, walk_writes_o, p_in);
     const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
     if (p_in)
         gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
@@ -1021,15 +994,11 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const int h32 = int(H), hk32 = int(HK);
     if (n_seqs > 0) {  // no prompt: prep wrote the padding zeros, no walk
         if (p_in)
-            gdn_walk_mma_kernel<2, true, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws,
-                                                                                      lay, out);
+            gdn_walk_mma_kernel<2, true, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
         else if (walk_writes_o && bufs == 2)
             gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
         else if (walk_writes_o)
             gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
-        else if (pre_split)
-            gdn_walk_mma_kernel<2, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay,
-                                                                                out);
         else if (bufs == 2)
             gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
         else

@@ -54,24 +54,12 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 #endif  // GDN_MMA_EMULATED
 
-// x = hi + lo with hi, lo tf32: a 3-product (hi hi + hi lo + lo hi) keeps ~fp32 accuracy.
-// Both parts are x rounded to tf32 as cvt.rna.tf32.f32 rounds a finite value (nearest, ties away from zero: add half
-// of the dropped 13 bits, then drop them), in 5 integer / fp32 instructions where cvt.rna compiles to 7 on sm_90
-// (its Inf / NaN test and select on each part; lever 32). lo keeps its low 13 bits: the tensor cores do not read
-// them. Inf and NaN: hi of an Inf is that Inf; a NaN x gives hi = -0, but lo = x - hi is the canonical NaN
-// 0x7fffffff, which the clamp keeps a NaN (without it, + 0x1000 would wrap it to -0), so NaN still reaches every
-// product that uses the split.
-__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    hi = h;
-    const int rest = int(__float_as_uint(x - __uint_as_float(h)));  // exact: x - h fits in the 13 dropped bits
-    lo = uint32_t(min(rest, 0x7fffefff) + 0x1000);
-}
-
-// x rounded to tf32 as tf32_split's hi (nearest, ties away from zero), for a 1-term product: an operand of O only,
-// whose bf16 store rounds 4x coarser (lever 69). No mask: the tensor cores ignore the low 13 bits. The clamp keeps
-// the canonical NaN 0x7fffffff a NaN (+ 0x1000 would wrap it to -0); Inf stays Inf, FLT_MAX rounds to Inf as
-// cvt.rna does. A negative NaN would read as +0; the GPU's arithmetic returns only 0x7fffffff.
+// x rounded to tf32 as cvt.rna.tf32.f32 rounds a finite value (nearest, ties away from zero: add half of the dropped
+// 13 bits), in 2 instructions where cvt.rna compiles to 7 on sm_90 (lever 32's Nsight). Every fp32 operand of the
+// GDN kernels' tf32 MMAs goes through it once (levers 69, 70). No mask: the tensor cores ignore the low 13 bits. The
+// clamp keeps the canonical NaN 0x7fffffff a NaN (+ 0x1000 would wrap it to -0); Inf stays Inf, FLT_MAX rounds to
+// Inf as cvt.rna does. A negative NaN with its low 12 bits set would read as +0; the GPU's arithmetic returns only
+// 0x7fffffff.
 __device__ __forceinline__ uint32_t tf32_rna_bits(float x) {
     return uint32_t(min(int(__float_as_uint(x)), 0x7fffefff) + 0x1000);
 }

@@ -11,7 +11,6 @@
 #             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
-#   nopre     the same with CS1_GDN_PRESPLIT=0 (the walk without pre-split operands, as on sm_80)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 640 1024 4096 on the new build
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
@@ -121,11 +120,9 @@ gdn_tests() {  # gdn_tests <log name> [VAR=value]: tests/gpu/test_gdn.py on the 
 }
 step tests && gdn_tests test_gdn
 step split && gdn_tests test_gdn_split CS1_GDN_SPLIT_OUT=1
-step nopre && gdn_tests test_gdn_nopre CS1_GDN_PRESPLIT=0
 wait
 step tests && say "test_gdn (default path): $(tail -n1 "$W/test_gdn.log")"
 step split && say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split.log")"
-step nopre && say "test_gdn (CS1_GDN_PRESPLIT=0): $(tail -n1 "$W/test_gdn_nopre.log")"
 if step memcheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
   CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \

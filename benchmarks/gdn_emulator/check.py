@@ -14,7 +14,8 @@ NaN is out of its reach: the CPU's fp32 arithmetic keeps a NaN's payload where t
 0x7fffffff, so NaN propagation is checked on the GPU only (tests/gpu/test_gdn.py, the NaN case; LEVERS lever 32).
 --walk picks the walk kernel instantiation (default: the double-buffered walk that writes O itself when the source
 has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it;
-"gdn_walk_mma_kernel<2, true, false, true>" the walk that takes P and qs from prep, prep then making them).
+"gdn_walk_mma_kernel<2, true, true>" the walk that takes P and qs from prep, prep then making them; trees before
+lever 70 spell it "gdn_walk_mma_kernel<2, true, false, true>").
 --norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)
 against the norm kernel's row code (gated_norm.cuh) run on the out kernel's own O: the same bytes on prompt rows.
 Several minutes on a 2-core machine.
@@ -63,12 +64,14 @@ def build(native: Path, walk: str | None, name: str) -> Path:
     if "kPrepIndexMaxSeqs" in src:  # prep computes the index itself for a few prompts
         body = "#define GDN_PREP_INDEX 1\n" + body
     if walk_out:
-        params = walk.replace(" ", "").rstrip(">").split(",")  # <kBufs, kOut[, kPreSplit[, kPIn]]>
+        params = walk.replace(" ", "").rstrip(">").split(",")  # <kBufs, kOut[, kPIn]>; before lever 70 <kBufs,
+        # kOut[, kPreSplit[, kPIn]]>
         body = f"#define GDN_WALK_OUT {int(params[1] == 'true')}\n" + body
     if "gdn_out_norm_mma_kernel" in src:  # the out kernel with the gated RMSNorm folded in (check.py --norm)
         body = "#define GDN_OUT_NORM 1\n" + body
     if "bool kPOut" in src:  # prep takes scale and kPOut: P and qs for the walk that reads them (kPIn)
-        p_in = len(params) > 3 and params[3] == "true"
+        pin_at = 3 if "bool kPreSplit" in src else 2
+        p_in = len(params) > pin_at and params[pin_at] == "true"
         body = f"#define GDN_PREP_P 1\n#define GDN_WALK_PIN {int(p_in)}\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
@@ -191,7 +194,8 @@ def main(argv=None) -> int:
     ap.add_argument("--against", type=Path, help="a native/ folder whose kernels must give the same bytes")
     ap.add_argument("--walk", help="walk kernel instantiation of NATIVE (default: see above)")
     ap.add_argument("--prep-precision", action="store_true",
-                    help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop")
+                    help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop "
+                         "(W is stored rounded to tf32 since lever 70: its error is then that rounding's)")
     ap.add_argument("--norm", action="store_true",
                     help="only check the out kernel with the gated RMSNorm folded in (walk without O), then stop")
     args = ap.parse_args(argv)
