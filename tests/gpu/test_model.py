@@ -9,8 +9,10 @@
   from fp32; and against the numpy reference at ~100 tokens.
 
 Criterion per row (tiny checkpoints): max |p - p_ref| <= 0.02 (softmax over the 26 letters at T = 1) and the top
-letter agrees, unless the reference's top two letters are within 0.01 of each other (a near-tie; printed). At the 4B
-shape see check_against_fp32: at least as close to fp32 as transformers' own bf16 run, measured per row.
+letter agrees, unless the reference's top two letters are within 0.02 of each other (a near-tie; printed). The
+near-tie band is the probability tolerance itself: at 0.01 a 5-token row (one GDN chunk) with max |dp| 0.0079 and a
+reference gap of 0.013 failed on every build of session 25 (seed 3394437800), an error the 0.02 bound accepts.
+At the 4B shape see check_against_fp32: at least as close to fp32 as transformers' own bf16 run, measured per row.
 The 4B-shape embedding has std 0.05 (letter logits of std ~2.5, a calibrated read-out's spread; at tiny.py's 0.25
 the logits have std ~13 and every bf16 stack, transformers' included, moves near-top probabilities by more than 0.02).
 The random projection matrices are 1/4 of tiny.py's scale (exact in bf16): at the default scale the random network
@@ -39,7 +41,7 @@ from startlux_native.tiny import FOUR_B, make_tiny_checkpoint, scale_projection_
 
 MAX_PROB_DIFF = 0.02
 EMBED_STD_4B = 0.05
-NEAR_TIE = 0.01
+NEAR_TIE = MAX_PROB_DIFF  # a top-letter flip is accepted only where the tolerance alone explains it
 MATRIX_SCALE_SHIFT = 2  # projection matrices * 2**-2
 TINY = dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=256,
             intermediate_size=256, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
