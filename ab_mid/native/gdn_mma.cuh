@@ -1,0 +1,65 @@
+// gdn_mma.cuh: warp-level tensor-core and cp.async helpers for gdn.cu (sm_80+ PTX).
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k8" / "mma.m16n8k16"), with g = lane / 4 and
+// t = lane % 4:
+//   tf32 m16n8k8:  A (16x8, row)  a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
+//                  B (8x8, col)   b0 = B[t][g], b1 = B[t+4][g]
+//   bf16 m16n8k16: A (16x16, row) a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//                  B (16x8, col)  b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]   (lower half = lower index)
+//   C/D (16x8, fp32, both)        c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+// The CPU emulator of these kernels defines GDN_MMA_EMULATED and brings its own versions of these functions.
+#pragma once
+
+#include <stdint.h>
+
+// a bf16 value as tf32 bits: exact (tf32 keeps 10 mantissa bits, bf16 has 7)
+__device__ __forceinline__ uint32_t bf16_bits_as_tf32(uint16_t b) { return uint32_t(b) << 16; }
+
+#ifndef GDN_MMA_EMULATED
+
+// d += A B, tf32 operands, fp32 accumulate
+__device__ __forceinline__ void mma_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A B, bf16 operands (two per register), fp32 accumulate
+__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// 16-byte global -> shared copy that bypasses registers; zero-fills the destination when !valid
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+// 16-byte shared load kept as one instruction (the compiler splits a float4 load whose lanes are used apart)
+__device__ __forceinline__ float4 lds128(const float *p) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    float4 v;
+    asm("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+#endif  // GDN_MMA_EMULATED
+
+// x rounded to tf32 as cvt.rna.tf32.f32 rounds a finite value (nearest, ties away from zero: add half of the dropped
+// 13 bits), in 2 instructions where cvt.rna compiles to 7 on sm_90 (lever 32's Nsight). Every fp32 operand of the
+// GDN kernels' tf32 MMAs goes through it once (levers 69, 70). No mask: the tensor cores ignore the low 13 bits. The
+// clamp keeps the canonical NaN 0x7fffffff a NaN (+ 0x1000 would wrap it to -0); Inf stays Inf, FLT_MAX rounds to
+// Inf as cvt.rna does. A negative NaN with its low 12 bits set would read as +0; the GPU's arithmetic returns only
+// 0x7fffffff.
+__device__ __forceinline__ uint32_t tf32_rna_bits(float x) {
+    return uint32_t(min(int(__float_as_uint(x)), 0x7fffefff) + 0x1000);
+}

@@ -1,0 +1,1069 @@
+// gdn.cu: the chunked (C = 64) gated delta rule of a gated DeltaNet layer (the conv and the gates: gdn_conv.cu).
+//
+// Math: ../shared/spec/qwen3_5-model.md §6 and §7.1. Per value head h, with state S (d_k x d_v = 128 x 128, fp32,
+// zero at every prompt start), one chunk of rows i = 0..63 entering with S0:
+//   Gam_i = sum_{j<=i} g_j (reset per chunk)          k^_i = k_i / sqrt(|k_i|^2 + 1e-6),  q~_i likewise * scale
+//   L_ij  = beta_i (k^_i . k^_j) exp(Gam_i - Gam_j), j < i   (strictly lower)
+//   U = (I + L)^-1 diag(beta) V,  W = (I + L)^-1 diag(beta e^Gam) K^   (forward substitution, fp32)
+//   Delta = U - W S0;  S_next = e^{Gam_63} S0 + (K^ * e^{Gam_63 - Gam})^T Delta
+//   O = diag(e^Gam) Q~ S0 + (Q~ K^T  .* D) Delta,  D_ij = exp(Gam_i - Gam_j) for j <= i, else 0
+// Rows of a partial chunk past the prompt end are masked (k = v = beta = g = 0), which leaves every valid row and
+// the state exact.
+//
+// Tensor cores (mma.sync, gdn_mma.cuh), keeping ~fp32 accuracy: the raw q, k rows are bf16, so their products go
+// through bf16 MMA (Q K^T, K K^T: exact products, fp32 sums) or enter tf32 MMA exactly (K^T Delta, Q S0); the L2
+// norms and decays are applied afterwards as row / column factors (k^ = k / |k|, so K^ * e^{Gam_63 - Gam} becomes
+// the factor f_i = e^{Gam_63 - Gam_i} / |k_i| on the rows of Delta). fp32 operands (W, S, Delta, P) are split into
+// tf32 hi + lo and multiplied as hi hi + hi lo + lo hi (or hi + lo against an exact side). The forward
+// substitution stays fp32 on CUDA cores.
+//
+// Two launches per cs1_gdn_prefill up to kWalkOutMaxRows rows on devices with the shared memory for it, three
+// otherwise (see GdnPath), and one more above kPrepIndexMaxSeqs prompts:
+//   1. the index: sanitised prompt bounds and the chunk offset of each prompt (a prefix sum of ceil(len/64)), so
+//      chunks restart at every prompt start. cu_seqlens lives on the device, so the host only knows the bound
+//      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
+//      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
+//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
+//      writes zeros into the padding rows of o. Above kWalkPInMinRows rows, up to kWalkOutMaxRows (sm_90), also the
+//      walk's P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
+//   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
+//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
+//      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
+//      from prep where prep made them (kPIn), else forming them on its chain.
+//   4. gdn_out_mma_kernel  (chunk, head), only without kOut: the walk then writes each chunk's S0 and Delta (over
+//      U) to the workspace, and this kernel forms O from them. cs1_gdn_prefill_norm runs gdn_out_norm_mma_kernel
+//      instead: the same O tile, then the layer's gated RMSNorm on it (gated_norm.cuh), stored in place of O.
+// (The previous all-fp32 CUDA-core versions of 2-4, same workspace, are in git history at commit 203c39a.)
+//
+// Workspace (cs1_gdn_workspace_bytes), every part 256-byte aligned from the workspace start, NC chunk slots,
+// slot index b = chunk * H + head:
+//   seq_start int32 [n_seqs + 1]   sanitised cu_seqlens (clamped to [0, T], non-decreasing)
+//   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
+//   U/Delta   f32 [NC * H, 64, 128] U from prep (without kOut overwritten in place by Delta in the walk)
+//   W         f32 [NC * H, 64, 128]
+//   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut.
+//                                    With kPIn the same slot holds prep's P [64][64] and then qs [64] instead
+//   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
+//   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
+// = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
+#include <atomic>
+#include <type_traits>
+
+#include "common.cuh"
+#include "gdn_mma.cuh"
+#include "gated_norm.cuh"
+
+namespace {
+
+constexpr int kC = 64;         // chunk rows
+constexpr int kD = 128;        // d_k = d_v
+constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte rows; MMA fragments conflict-free)
+constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
+constexpr int kSlab = 32;      // value columns per walk block
+constexpr int kThreads = 256;  // prep / walk / out blocks
+constexpr float kNormEps = 1e-6f;
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// Byte offsets of the workspace parts (see the header comment).
+struct Layout {
+    size_t seq_start, chunk_off, u, w, s0, gam, rk, total;
+    Layout(int64_t T, int64_t n_seqs, int64_t H) {
+        const size_t nc = size_t((T + kC - 1) / kC + n_seqs);
+        const size_t slots = nc * size_t(H);
+        size_t at = 0;
+        seq_start = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        chunk_off = at; at = align256(at + size_t(n_seqs + 1) * 4);
+        u = at;         at = align256(at + slots * kC * kD * 4);
+        w = at;         at = align256(at + slots * kC * kD * 4);
+        s0 = at;        at = align256(at + slots * kD * kD * 4);
+        gam = at;       at = align256(at + slots * kC * 4);
+        rk = at;        at = align256(at + slots * kC * 4);
+        total = at;
+    }
+};
+
+struct ChunkInfo {
+    int row0;  // first row of the chunk
+    int len;   // valid rows, 1..64
+};
+
+// The chunk with global index c, or len = 0 when c is past the last chunk.
+__device__ ChunkInfo find_chunk(const int32_t *seq_start, const int32_t *chunk_off, int n_seqs, int c) {
+    ChunkInfo info{0, 0};
+    if (c >= chunk_off[n_seqs]) return info;
+    int lo = 0, hi = n_seqs;  // last s with chunk_off[s] <= c; it has chunk_off[s + 1] > c
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (chunk_off[mid] <= c) lo = mid; else hi = mid;
+    }
+    info.row0 = seq_start[lo] + (c - chunk_off[lo]) * kC;
+    info.len = min(kC, seq_start[lo + 1] - info.row0);
+    return info;
+}
+
+// ---- prefill: 1. index --------------------------------------------------------------------------------------------
+
+// One warp (lane = its lane): seq_start[s] = running max of clamp(cu[s], 0, T); chunk_off = prefix sum of
+// ceil(len / 64). The pointers may be global or shared memory.
+__device__ __forceinline__ void index_warp(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *seq_start,
+                                           int32_t *chunk_off, int lane) {
+    int prev_start = 0, prev_off = 0;
+    for (int base = 0; base <= n_seqs; base += 32) {
+        const int s = base + lane;
+        int v = s <= n_seqs ? min(max(cu[s], 0), T) : 0;
+        if (base == 0 && lane == 0) prev_start = v;  // seq_start[0] = clamp(cu[0])
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v = max(v, u);
+        }
+        v = max(v, prev_start);
+        const int before = __shfl_up_sync(0xffffffffu, v, 1);
+        const int start_prev = lane == 0 ? prev_start : before;  // start of prompt s - 1
+        // chunks of prompt s - 1 (those end at v); the first entry contributes none
+        int n = (s == 0 || s > n_seqs) ? 0 : (v - start_prev + kC - 1) / kC;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, n, o);
+            if (lane >= o) n += u;
+        }
+        if (s <= n_seqs) {
+            seq_start[s] = v;
+            chunk_off[s] = prev_off + n;
+        }
+        prev_start = __shfl_sync(0xffffffffu, v, 31);
+        prev_off += __shfl_sync(0xffffffffu, n, 31);
+    }
+}
+
+__global__ void gdn_index_kernel(const int32_t *__restrict__ cu, int n_seqs, int T, int32_t *__restrict__ seq_start,
+                                 int32_t *__restrict__ chunk_off) {
+    index_warp(cu, n_seqs, T, seq_start, chunk_off, threadIdx.x);
+}
+
+// Up to this many prompts every prep block computes the index itself (in shared memory, one warp, two passes), and
+// block (0, 0) also stores it for the walk and out kernels: one launch fewer per layer. More prompts: the index
+// kernel runs first.
+constexpr int kPrepIndexMaxSeqs = 63;
+
+// ---- prefill: 2, 3, 4 on tensor cores ---------------------------------------------------------------------------
+//
+// Precision plan: the raw q and k rows are bf16, so they enter the tensor cores exactly (bf16 MMA, or bf16 bits as
+// tf32) and the L2 norms are applied as row / column factors afterwards. fp32 operands (W, S, Delta, P) are split
+// into tf32 hi + lo: products that feed the state use the 3-term (or 2-term, when the other side is exact) split,
+// which keeps ~fp32 accuracy. The output's products (Q S0 and P Delta) feed O only, which is stored as bf16: they
+// take each fp32 operand rounded to tf32 once (1-term; lever 69), an error below O's own rounding.
+
+constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
+constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
+
+// 64 rows x 128 bf16 (row stride ld) -> smem tile of stride kLdKb, rows >= len zero-filled.
+__device__ __forceinline__ void cp_rows_bf16(bf16 *dst, const bf16 *src, int64_t ld, int len) {
+    for (int e = threadIdx.x; e < kC * kD / 8; e += kThreads) {
+        const int i = e / (kD / 8), c8 = (e % (kD / 8)) * 8;
+        const bool ok = i < len;
+        cp_async16(dst + i * kLdKb + c8, ok ? src + int64_t(i) * ld + c8 : src, ok);
+    }
+}
+
+// 64 rows x `cols` fp32 (row stride 128) -> smem tile of stride lds.
+__device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *src, int cols) {
+    const int per_row = cols / 4;
+    for (int e = threadIdx.x; e < kC * per_row; e += kThreads) {
+        const int i = e / per_row, c4 = (e % per_row) * 4;
+        cp_async16(dst + i * lds + c4, src + i * kD + c4, true);
+    }
+}
+
+// out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
+__device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float *out) {
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x >> 5; i < kC; i += kThreads / 32) {
+        const uint2 raw = *reinterpret_cast<const uint2 *>(tile + i * kLdKb + 4 * lane);
+        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
+        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
+        const float ss = warp_sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3);
+        if (lane == 0) out[i] = num / sqrtf(ss + kNormEps);
+    }
+}
+
+// acc[j] = A[m0..m0+15, :] B[n0+8j..n0+8j+7, :]^T over the 128 columns of two bf16 tiles of stride kLdKb
+// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product.
+__device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B, int m0, int n0,
+                                                    float acc[4][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t a[4];
+        a[0] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 2 * t);
+        a[1] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 2 * t);
+        a[2] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
+        a[3] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bf16 *brow = B + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
+            const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(brow),
+                                   *reinterpret_cast<const uint32_t *>(brow + 8)};
+            mma_bf16(acc[j], a, b);
+        }
+    }
+}
+
+// P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
+// warp: rows 16 (w % 4).., columns 32 (w / 4)..
+__device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
+                                        const float *gam, float *P) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float acc[4][4] = {};
+    mma_rows_bf16_16x32(Q, K, m0, n0, acc);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = m0 + g + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+            P[i * kLdL + jj] = jj <= i ? acc[j][e] * qs[i] * rk[jj] * expf(gam[i] - gam[jj]) : 0.0f;
+        }
+}
+
+// Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
+// factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
+struct PrepSmem {
+    bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
+    bf16 V[kC * kLdKb];  // raw v rows
+    float L[kC * kLdL];
+    float gam[kC];
+    float beta[kC];
+    float cw[kC];  // beta e^Gam / |k|
+    float rk[kC];  // 1 / |k|
+    int32_t seq_start[kPrepIndexMaxSeqs + 1];  // the index, when the block computes it (cu given)
+    int32_t chunk_off[kPrepIndexMaxSeqs + 1];
+};
+// With kPOut (the walk that reads P, kPIn): also the chunk's raw q rows and their norms qs. Launched with this size
+// only then, so prep's shared memory per block stays as it was at up to kWalkPInMinRows rows.
+struct PrepSmemP : PrepSmem {
+    float qs[kC];        // scale / |q_i|
+    bf16 Q[kC * kLdKb];  // raw q rows (zeros past the chunk end)
+};
+constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
+constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
+static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
+
+// Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
+// kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
+// walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
+// The same functions on the same operands as the walk that computes them itself: the same bytes.
+template <bool kPOut>
+__global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                   const float *__restrict__ g,
+                                                                   const float *__restrict__ beta,
+                                                                   const int32_t *__restrict__ cu, int n_seqs, int T,
+                                                                   int H, int HK, float scale,
+                                                                   unsigned char *__restrict__ ws, Layout lay,
+                                                                   bf16 *__restrict__ o) {
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    auto &sm = *reinterpret_cast<std::conditional_t<kPOut, PrepSmemP, PrepSmem> *>(smem_raw);
+    auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
+    auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
+    const int32_t *seq_start = ws_start, *chunk_off = ws_off;
+    if (cu != nullptr) {  // n_seqs <= kPrepIndexMaxSeqs: no index kernel ran
+        if (warp == 0) index_warp(cu, n_seqs, T, sm.seq_start, sm.chunk_off, lane);
+        __syncthreads();
+        if (c == 0 && h == 0 && tid <= n_seqs) {
+            ws_start[tid] = sm.seq_start[tid];
+            ws_off[tid] = sm.chunk_off[tid];
+        }
+        seq_start = sm.seq_start;
+        chunk_off = sm.chunk_off;
+    }
+    {
+        const int first = seq_start[0], end = seq_start[n_seqs];
+        for (int e = tid; e < kC * (kD / 4); e += kThreads) {
+            const int64_t row = int64_t(c) * kC + e / (kD / 4);
+            if (row < T && (row < first || row >= end))
+                *reinterpret_cast<uint2 *>(o + (row * H + h) * kD + (e % (kD / 4)) * 4) = make_uint2(0u, 0u);
+        }
+    }
+    const ChunkInfo ck = find_chunk(seq_start, chunk_off, n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_bf16(sm.V, rows + int64_t(2 * HK) * kD + int64_t(h) * kD, ld, ck.len);
+    if constexpr (kPOut) cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
+    cp_async_commit();
+    if (tid < kC) {
+        const bool ok = tid < ck.len;
+        sm.gam[tid] = ok ? g[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+        sm.beta[tid] = ok ? beta[int64_t(ck.row0 + tid) * H + h] : 0.0f;
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    row_inv_norms(sm.K, 1.0f, sm.rk);  // 1 / sqrt(|k_i|^2 + eps)
+    if constexpr (kPOut) row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps), as in the walk
+    if (warp == 0) {  // inclusive prefix sum of g over the 64 rows (two halves of 32)
+        float lo = sm.gam[lane], hi = sm.gam[32 + lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float a = __shfl_up_sync(0xffffffffu, lo, o), b = __shfl_up_sync(0xffffffffu, hi, o);
+            if (lane >= o) { lo += a; hi += b; }
+        }
+        hi += __shfl_sync(0xffffffffu, lo, 31);
+        sm.gam[lane] = lo;
+        sm.gam[32 + lane] = hi;
+    }
+    __syncthreads();
+    if (tid < kC) {
+        reinterpret_cast<float *>(ws + lay.gam)[slot * kC + tid] = sm.gam[tid];
+        reinterpret_cast<float *>(ws + lay.rk)[slot * kC + tid] = sm.rk[tid];
+        sm.cw[tid] = sm.beta[tid] * expf(sm.gam[tid]) * sm.rk[tid];
+    }
+    {  // L = strictly lower (beta_i (k_i . k_j) / (|k_i| |k_j|) exp(Gam_i - Gam_j)); warp: rows 16 (w % 4)..,
+       // columns 32 (w / 4)..
+        const int gq = lane >> 2, t = lane & 3, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+        float acc[4][4] = {};
+        mma_rows_bf16_16x32(sm.K, sm.K, m0, n0, acc);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = m0 + gq + 8 * (e >> 1), jj = n0 + 8 * j + 2 * t + (e & 1);
+                sm.L[i * kLdL + jj] =
+                    jj < i ? sm.beta[i] * (acc[j][e] * sm.rk[i] * sm.rk[jj]) * expf(sm.gam[i] - sm.gam[jj]) : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
+    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers;
+    // four partial sums (j mod 4) cut the dependent FMA chain of row i from i to i / 4.
+    const int col = tid & (kD - 1);
+    const bool is_w = tid >= kD;
+    const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
+    const float *coef = is_w ? sm.cw : sm.beta;
+    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
+    float x[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+        float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < i; j += 4) {  // 16-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
+            const float4 l = lds128(sm.L + i * kLdL + j);
+            acc[0] = fmaf(-l.x, x[j], acc[0]);
+            if (j + 1 < i) acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
+            if (j + 2 < i) acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
+            if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
+        }
+        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        dst[i * kD] = x[i];
+    }
+    if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
+        __syncthreads();
+        chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.L);
+        __syncthreads();
+        float *pq = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD;
+        for (int e = tid; e < kC * kC / 4; e += kThreads) {
+            const int i = e / (kC / 4), c4 = (e % (kC / 4)) * 4;
+            *reinterpret_cast<float4 *>(pq + i * kC + c4) = *reinterpret_cast<const float4 *>(sm.L + i * kLdL + c4);
+        }
+        if (tid < kC) pq[kC * kC + tid] = sm.qs[tid];
+    }
+}
+
+// One chunk's walk operands; two of these double-buffer the next chunk's cp.async loads.
+struct WalkBuf {
+    float W[kC * kLdF];   // W rows
+    bf16 K[kC * kLdKb];   // raw k rows (zeros past the chunk end)
+    float U[kC * kLdSl];  // U[:, v0 .. v0 + 31]
+    float gam[kC];
+    float rk[kC];
+};
+struct WalkOutBuf : WalkBuf {  // the walk that also writes O needs the chunk's q rows
+    bf16 Q[kC * kLdKb];
+};
+struct WalkPInBuf : WalkOutBuf {  // and, when prep made them (kPIn), the chunk's P and qs
+    float P[kC * kLdL];
+    float qs[kC];
+};
+template <bool kOut, bool kPIn = false>
+using WalkBufOf = std::conditional_t<kPIn, WalkPInBuf, std::conditional_t<kOut, WalkOutBuf, WalkBuf>>;
+static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0 && sizeof(WalkPInBuf) % 16 == 0,
+              "walk buffers keep 16-byte alignment");
+
+// Shared memory of a walk block: kBufs chunk buffers, the state slab S and diag(f) Delta; with kOut also Delta,
+// P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
+// 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
+// pre_split (the walk without O only): S and diag(f) Delta stored as tf32 hi + lo, 30 KiB more: 181 KiB (sm_90).
+// p_in (with kOut): P and qs in each chunk buffer, and Delta over U in it: 219.5 KiB with two buffers (sm_90).
+constexpr size_t walk_smem(int bufs, bool out, bool pre_split = false, bool p_in = false) {
+    return bufs * (p_in ? sizeof(WalkPInBuf) : out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
+           (pre_split ? 2 : 1) * (kD * kLdSl + kC * kLdSl) * sizeof(float) +
+           (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
+}
+
+struct OutSmem {
+    bf16 Q[kC * kLdKb];  // raw q rows
+    bf16 K[kC * kLdKb];  // raw k rows
+    float P[kC * kLdL];  // (Q~ K^T) .* D
+    float B[kC * kLdF];  // S0 rows 0..63, then 64..127, then Delta
+    float qs[kC];        // scale / |q_i|
+    float gam[kC];
+    float rk[kC];
+};
+constexpr size_t kOutMmaSmem = sizeof(OutSmem);
+static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
+
+// ---- pieces of the output O = diag(qs e^Gam) Q_raw S0 + P Delta, shared by the walk (kOut) and the out kernel ----
+
+// acc[j] (rows m0.., columns n0 + 8j..) *= qs_i e^{Gam_i}: the row factors of Q_raw S0
+template <int NT>
+__device__ __forceinline__ void scale_q_rows(float acc[NT][4], const float *qs, const float *gam, int m0) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;  // e = 0: row g, e = 2: row g + 8
+        const float f = qs[i] * expf(gam[i]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            acc[j][e] *= f;
+            acc[j][e + 1] *= f;
+        }
+    }
+}
+
+// acc[mi][j] += P[m0 + 16 mi.., :] Delta[:, n0 + 8j..] over the 64 chunk rows (1-term tf32: both rounded), for MI
+// 16-row tiles at once (each Delta value is rounded once for all of them); Delta in smem of stride ldb. Every
+// element gets the same products in the same order whatever MI.
+template <int MI, int NT>
+__device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int ldb, int m0, int n0,
+                                            float acc[MI][NT][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k0 = 0; k0 < kC; k0 += 8) {
+        uint32_t a[MI][4];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+            const int r = m0 + 16 * mi + g;
+            a[mi][0] = tf32_rna_bits(P[r * kLdL + k0 + t]);
+            a[mi][1] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t]);
+            a[mi][2] = tf32_rna_bits(P[r * kLdL + k0 + t + 4]);
+            a[mi][3] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t + 4]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint32_t b[2] = {tf32_rna_bits(B[(k0 + t) * ldb + n0 + 8 * j + g]),
+                                   tf32_rna_bits(B[(k0 + t + 4) * ldb + n0 + 8 * j + g])};
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) mma_tf32(acc[mi][j], a[mi], b);
+        }
+    }
+}
+
+// rows m0 + g and m0 + g + 8 of acc (columns col0 + 8j + 2t, +1) as bf16 into o; rows >= len are not written
+template <int NT>
+__device__ __forceinline__ void store_o_rows(const float acc[NT][4], bf16 *o, int row0, int len, int H, int h,
+                                             int col0, int m0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const int i = m0 + g + 4 * e;
+        if (i >= len) continue;
+        bf16 *orow = o + (int64_t(row0 + i) * H + h) * kD + col0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
+                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) = packed;
+        }
+    }
+}
+
+// rows m0 + g and m0 + g + 8 of acc (columns col0 + 8j + 2t, +1) as bf16 into a smem tile of stride kLdKb: the bits
+// store_o_rows would write to o
+template <int NT>
+__device__ __forceinline__ void stage_o_rows(const float acc[NT][4], bf16 *tile, int col0, int m0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        bf16 *row = tile + (m0 + g + 4 * e) * kLdKb + col0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint32_t packed = uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e]))) |
+                                    (uint32_t(__bfloat16_as_ushort(f2bf(acc[j][e + 1]))) << 16);
+            *reinterpret_cast<uint32_t *>(row + 8 * j) = packed;
+        }
+    }
+}
+
+// A shared B operand of the walk (the state slab S, [128][kLdSl], or diag(f) Delta, [64][kLdSl]). Pre-split: each
+// value is stored as tf32 hi + lo, split once by its writer, instead of as fp32 split again by every warp that reads
+// it (4 readers of each S value, 8 of each diag(f) Delta value). The MMAs get the same bits in the same order either
+// way (lever 20, re-applied on lever 32's split).
+template <bool kPreSplit>
+struct WalkOperand {
+    uint32_t *first;   // hi (pre-split) or the fp32 value's bits
+    uint32_t *second;  // lo (pre-split only)
+    __device__ __forceinline__ void put2(int at, float x0, float x1) const {  // at: even
+        if constexpr (kPreSplit) {
+            uint2 h, l;
+            tf32_split(x0, h.x, l.x);
+            tf32_split(x1, h.y, l.y);
+            *reinterpret_cast<uint2 *>(first + at) = h;
+            *reinterpret_cast<uint2 *>(second + at) = l;
+        } else {
+            *reinterpret_cast<float2 *>(first + at) = make_float2(x0, x1);
+        }
+    }
+    // the B fragment of rows (r, r + 4) at column c: at = r * kLdSl + c
+    __device__ __forceinline__ void fragment(int at, uint32_t hi[2], uint32_t lo[2]) const {
+        if constexpr (kPreSplit) {
+            hi[0] = first[at], hi[1] = first[at + 4 * kLdSl];
+            lo[0] = second[at], lo[1] = second[at + 4 * kLdSl];
+        } else {
+            tf32_split(__uint_as_float(first[at]), hi[0], lo[0]);
+            tf32_split(__uint_as_float(first[at + 4 * kLdSl]), hi[1], lo[1]);
+        }
+    }
+};
+
+template <bool kOut, bool kPIn = false>
+__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, const bf16 *rows, int64_t ld, int hk, int HK,
+                                              int len, const unsigned char *ws, const Layout &lay, size_t slot,
+                                              int v0) {
+    cp_rows_f32(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD, kD);
+    cp_rows_bf16(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
+    if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
+    cp_rows_f32(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0, kSlab);
+    const int tid = threadIdx.x;
+    if constexpr (kPIn) {  // prep's P [64][64] and qs [64] from the chunk's S0 slot
+        const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+        for (int e = tid; e < kC * kC / 4; e += kThreads) {
+            const int i = e / (kC / 4), c4 = (e % (kC / 4)) * 4;
+            cp_async16(b.P + i * kLdL + c4, pq + i * kC + c4, true);
+        }
+        if (tid < kC / 4) cp_async16(b.qs + 4 * tid, pq + kC * kC + 4 * tid, true);
+    }
+    if (tid < kC / 4)
+        cp_async16(b.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
+    else if (tid < kC / 2)
+        cp_async16(b.rk + 4 * (tid - kC / 4),
+                   reinterpret_cast<const float *>(ws + lay.rk) + slot * kC + 4 * (tid - kC / 4), true);
+    cp_async_commit();
+}
+
+// The chunk's qs and P: in its buffer when prep made them (WalkPInBuf), else the block's own tiles the walk fills.
+template <class Buf> __device__ __forceinline__ float *chunk_qs_of(Buf &b, float *own) {
+    if constexpr (std::is_same_v<Buf, WalkPInBuf>) return b.qs; else return own;
+}
+template <class Buf> __device__ __forceinline__ float *chunk_p_of(Buf &b, float *own) {
+    if constexpr (std::is_same_v<Buf, WalkPInBuf>) return b.P; else return own;
+}
+
+// Block (prompt, head, 32-column slab), 8 warps. The state slab S[128][32] lives in registers as MMA accumulators:
+// warp w holds rows 16w.. (st[j] = C fragment of columns 8j..8j+7). Per chunk:
+//   Delta = U - W S           (64x32, K = 128; warp: rows 16 (w % 4).., columns 16 (w / 4)..; 3-term tf32)
+//   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 2-term, A exact)
+// while the next chunk's W, k (and q), U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with
+// one buffer they load after the chunk).
+// kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
+// O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
+// loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
+// kPreSplit (without kOut only: both do not fit one SM's shared memory): S and diag(f) Delta pre-split (WalkOperand).
+// kPIn (with kOut): P and qs come from prep (gdn_prep_mma_kernel<true>) with the chunk's other operands instead
+// of being formed on the walk's serial chain (a 64 x 64 x 128 MMA, the q norms and a barrier per chunk); Delta
+// overwrites U in the chunk buffer to make room. The same values in the same order: the same bytes.
+template <int kBufs, bool kOut, bool kPreSplit = false, bool kPIn = false>
+__global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, int H,
+                                                                   int HK, float scale,
+                                                                   unsigned char *__restrict__ ws, Layout lay,
+                                                                   bf16 *__restrict__ o) {
+    static_assert(!(kOut && kPreSplit), "the pre-split operands leave no shared memory for O's tiles");
+    static_assert(kOut || !kPIn, "P is an operand of O");
+    using Buf = WalkBufOf<kOut, kPIn>;
+    const int s = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kSlab;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int32_t *seq_start = reinterpret_cast<const int32_t *>(ws + lay.seq_start);
+    const int32_t *chunk_off = reinterpret_cast<const int32_t *>(ws + lay.chunk_off);
+    const int c_begin = chunk_off[s], c_end = chunk_off[s + 1], row_begin = seq_start[s], row_end = seq_start[s + 1];
+    if (c_begin >= c_end) return;
+    const int hk = h / (H / HK);
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Buf *buf = reinterpret_cast<Buf *>(smem_raw);
+    uint32_t *ops = reinterpret_cast<uint32_t *>(buf + kBufs);
+    constexpr int kNs = kD * kLdSl, kNdf = kC * kLdSl;
+    const WalkOperand<kPreSplit> sS{ops, ops + kNs + kNdf};         // [128][kLdSl] state slab entering the chunk
+    const WalkOperand<kPreSplit> sDf{ops + kNs, ops + 2 * kNs + kNdf};  // [64][kLdSl] diag(f) Delta
+    float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);             // kOut, !kPIn: [64][kLdSl] Delta
+    float *sP = sD + kC * kLdSl;                          // kOut, !kPIn: [64][kLdL] P
+    float *sQs = sP + kC * kLdL;                          // kOut, !kPIn: [64] scale / |q_i|
+
+    walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
+                        size_t(c_begin) * H + h, v0);
+    float st[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+
+    for (int c = c_begin; c < c_end; ++c) {
+        const size_t slot = size_t(c) * H + h;
+        Buf &cur = buf[(c - c_begin) % kBufs];  // kPIn writes Delta over its U
+        const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
+        cp_async_wait_all();
+        __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS, sDf, sD, sP is done
+        const int row1 = row0 + kC;
+        if (kBufs == 2 && c + 1 < c_end)
+            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
+                                      min(kC, row_end - row1), ws, lay, slot + H, v0);
+        const float *const qs = chunk_qs_of(cur, sQs), *const p_tile = chunk_p_of(cur, sP);
+        float *const delta = kPIn ? cur.U : sD;  // written by the thread that reads U at that element
+        if constexpr (kOut && !kPIn) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+        {  // S0 of this chunk: to smem (B operand below) and, for the out kernel, to the workspace
+            float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
+            const int r = 16 * warp + g;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int col = 8 * j + 2 * t;
+                const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
+                sS.put2(r * kLdSl + col, lo.x, lo.y);
+                sS.put2((r + 8) * kLdSl + col, hi.x, hi.y);
+                if constexpr (!kOut) {
+                    *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
+                    *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
+                }
+            }
+        }
+        __syncthreads();
+        const float gam_last = cur.gam[kC - 1];
+        // S = 0 entering a prompt's first chunk, so W S and Q_raw S are exact zeros there and their MMAs are skipped;
+        // the state leaving the last chunk is never read, so its update is skipped (the same bytes either way)
+        const bool first = c == c_begin, last = c + 1 == c_end;
+        const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);  // this warp's block of Delta and O
+        float oacc[2][4] = {};
+        if constexpr (kOut && !kPIn) chunk_p(cur.Q, cur.K, sQs, cur.rk, cur.gam, sP);
+        {  // Delta = U - W S (and O = Q_raw S, 1-term: q is exact, S's hi is S rounded)
+            const uint16_t *qb = nullptr;
+            if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
+            float big[2][4] = {}, small[2][4] = {};
+            if (!first)
+#pragma unroll 4
+            for (int k0 = 0; k0 < kD; k0 += 8) {
+                uint32_t ah[4], al[4], aq[4];
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t], ah[0], al[0]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t], ah[1], al[1]);
+                tf32_split(cur.W[(m0 + g) * kLdF + k0 + t + 4], ah[2], al[2]);
+                tf32_split(cur.W[(m0 + g + 8) * kLdF + k0 + t + 4], ah[3], al[3]);
+                if constexpr (kOut) {
+                    aq[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t]);
+                    aq[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t]);
+                    aq[2] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t + 4]);
+                    aq[3] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t + 4]);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    uint32_t bh[2], bl[2];
+                    sS.fragment((k0 + t) * kLdSl + n0 + 8 * j + g, bh, bl);
+                    mma_tf32(small[j], ah, bl);
+                    mma_tf32(small[j], al, bh);
+                    mma_tf32(big[j], ah, bh);
+                    if constexpr (kOut) mma_tf32(oacc[j], aq, bh);
+                }
+            }
+            float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int i = m0 + g + 8 * half;
+                const float f = cur.rk[i] * expf(gam_last - cur.gam[i]);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int col = n0 + 8 * j + 2 * t;
+                    const float2 u = *reinterpret_cast<const float2 *>(cur.U + i * kLdSl + col);
+                    const float d0 = u.x - (big[j][2 * half] + small[j][2 * half]);
+                    const float d1 = u.y - (big[j][2 * half + 1] + small[j][2 * half + 1]);
+                    if constexpr (kOut)
+                        *reinterpret_cast<float2 *>(delta + i * kLdSl + col) = make_float2(d0, d1);
+                    else
+                        *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
+                    sDf.put2(i * kLdSl + col, d0 * f, d1 * f);
+                }
+            }
+        }
+        __syncthreads();
+        if (!last) {  // S = e^{Gam_63} S + K_raw^T diag(f) Delta
+            const uint16_t *kb = reinterpret_cast<const uint16_t *>(cur.K);
+            const int r0 = 16 * warp;
+            float big[4][4] = {}, small[4][4] = {};
+#pragma unroll 2
+            for (int i0 = 0; i0 < kC; i0 += 8) {
+                uint32_t a[4];
+                a[0] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + r0 + g]);
+                a[1] = bf16_bits_as_tf32(kb[(i0 + t) * kLdKb + r0 + g + 8]);
+                a[2] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g]);
+                a[3] = bf16_bits_as_tf32(kb[(i0 + t + 4) * kLdKb + r0 + g + 8]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t bh[2], bl[2];
+                    sDf.fragment((i0 + t) * kLdSl + 8 * j + g, bh, bl);
+                    mma_tf32(small[j], a, bl);
+                    mma_tf32(big[j], a, bh);
+                }
+            }
+            const float e_last = expf(gam_last);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], big[j][e] + small[j][e]);
+        }
+        if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
+            scale_q_rows<2>(oacc, qs, cur.gam, m0);
+            mma_p_delta<1, 2>(p_tile, delta, kLdSl, m0, n0, &oacc);
+            store_o_rows<2>(oacc, o, row0, len, H, h, v0 + n0, m0);
+        }
+        if (kBufs == 1 && c + 1 < c_end) {
+            __syncthreads();  // every read of the buffer done
+            walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws,
+                                      lay, slot + H, v0);
+        }
+    }
+}
+
+// Block (chunk, head), 8 warps:
+//   P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D      bf16 MMA (exact products); warp: rows 16 (w % 4).., cols 32 (w / 4)..
+//   O = diag(qs e^Gam) Q_raw S0 + P Delta            tf32; warp: rows 32 (w % 2).., columns 32 (w / 2)..
+// O's 32 x 32 warp tiles (two 16-row MMA tiles) have each S0 and Delta value split by 2 warps instead of the 4 of
+// 16 x 64 tiles: the splits, not the MMAs, fill the kernel's issue slots (LEVERS, Nsight source counters).
+// qs_i = scale / |q_i|. Only where the walk does not write O itself (calls longer than kWalkOutMaxRows rows, devices
+// whose shared memory does not hold the walk's extra tiles, or CS1_GDN_SPLIT_OUT=1).
+// Where the out kernel's O tile goes: to o as bf16 (NoOutNorm), or through the gated RMSNorm into o's place (OutNorm:
+// o is then the norm's output; its z rows are loaded with Delta into the K tile, free by then).
+struct NoOutNorm {};
+struct OutNorm {
+    const bf16 *z;  // z of row t, value head h: z + t * ldz + h * 128 (16-byte aligned, ldz % 8 == 0)
+    int64_t ldz;
+    const float *w;  // [128], 16-byte aligned
+    int round_weighted;
+    float eps;
+};
+
+template <class Norm>
+__device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t ld, int n_seqs, int H, int HK,
+                                          float scale, unsigned char *__restrict__ ws, const Layout &lay,
+                                          bf16 *__restrict__ o, const Norm &norm) {
+    constexpr bool kNorm = std::is_same_v<Norm, OutNorm>;
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const ChunkInfo ck = find_chunk(reinterpret_cast<const int32_t *>(ws + lay.seq_start),
+                                    reinterpret_cast<const int32_t *>(ws + lay.chunk_off), n_seqs, c);
+    if (ck.len == 0) return;
+    const int hk = h / (H / HK);
+    const size_t slot = size_t(c) * H + h;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    OutSmem &sm = *reinterpret_cast<OutSmem *>(smem_raw);
+    const bf16 *rows = qkv + int64_t(ck.row0) * ld;
+    const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+    cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
+    cp_rows_f32(sm.B, kLdF, s0, kD);
+    if (tid < kC / 4)
+        cp_async16(sm.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
+    else if (tid < kC / 2)
+        cp_async16(sm.rk + 4 * (tid - kC / 4),
+                   reinterpret_cast<const float *>(ws + lay.rk) + slot * kC + 4 * (tid - kC / 4), true);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+    __syncthreads();
+    chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
+    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+    float acc[2][4][4] = {};
+    const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
+    for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (1-term: q is exact, S0 rounded)
+        if (half == 1) {
+            __syncthreads();  // every read of S0 rows 0..63 done
+            cp_rows_f32(sm.B, kLdF, s0 + kC * kD, kD);
+            cp_async_commit();
+            cp_async_wait_all();
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int k0 = 0; k0 < kC; k0 += 8) {
+            const int kq = half * kC + k0 + t;
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                const int r = m0 + 16 * mi + g;
+                a[mi][0] = bf16_bits_as_tf32(qb[r * kLdKb + kq]);
+                a[mi][1] = bf16_bits_as_tf32(qb[(r + 8) * kLdKb + kq]);
+                a[mi][2] = bf16_bits_as_tf32(qb[r * kLdKb + kq + 4]);
+                a[mi][3] = bf16_bits_as_tf32(qb[(r + 8) * kLdKb + kq + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t b[2] = {tf32_rna_bits(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g]),
+                                       tf32_rna_bits(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g])};
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) mma_tf32(acc[mi][j], a[mi], b);
+            }
+        }
+    }
+    scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
+    scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
+    __syncthreads();  // every read of S0 done (and of the Q and K tiles)
+    cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
+    if constexpr (kNorm)  // the chunk's z rows into the K tile (rows >= len zero)
+        cp_rows_bf16(sm.K, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    mma_p_delta<2, 4>(sm.P, sm.B, kLdF, m0, n0, acc);
+    if constexpr (kNorm) {
+        // O as bf16 into the Q tile (no reader left), then each row as gated_rms_norm_vec_kernel<128> treats it:
+        // 16 lanes per row, 8 columns each, two rows per warp
+        stage_o_rows<4>(acc[0], sm.Q, n0, m0);
+        stage_o_rows<4>(acc[1], sm.Q, n0, m0 + 16);
+        __syncthreads();
+        const int sub = lane & 15;
+        float wv[8];
+        gated_norm_weights(norm.w, sub, wv);
+        for (int i = 2 * warp + (lane >> 4); i < kC; i += 2 * (kThreads / 32)) {  // uniform trip count per warp
+            const Pack8 xp = *reinterpret_cast<const Pack8 *>(sm.Q + i * kLdKb + 8 * sub);
+            const Pack8 zp = *reinterpret_cast<const Pack8 *>(sm.K + i * kLdKb + 8 * sub);
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
+            const float inv = gated_norm_inv<16>(v, norm.eps);
+            if (i >= ck.len) continue;
+            reinterpret_cast<Pack8 *>(o + (int64_t(ck.row0 + i) * H + h) * kD)[sub] =
+                gated_norm_pack8(v, zp, wv, inv, norm.round_weighted);
+        }
+    } else {
+        store_o_rows<4>(acc[0], o, ck.row0, ck.len, H, h, n0, m0);
+        store_o_rows<4>(acc[1], o, ck.row0, ck.len, H, h, n0, m0 + 16);
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                  int n_seqs, int H, int HK, float scale,
+                                                                  unsigned char *__restrict__ ws, Layout lay,
+                                                                  bf16 *__restrict__ o) {
+    out_chunk(qkv, ld, n_seqs, H, HK, scale, ws, lay, o, NoOutNorm{});
+}
+
+// The out kernel with the layer's gated RMSNorm applied to its tile: o receives the norm's output rows.
+__global__ void __launch_bounds__(kThreads, 2) gdn_out_norm_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+                                                                       int n_seqs, int H, int HK, float scale,
+                                                                       unsigned char *__restrict__ ws, Layout lay,
+                                                                       bf16 *__restrict__ o, OutNorm norm) {
+    out_chunk(qkv, ld, n_seqs, H, HK, scale, ws, lay, o, norm);
+}
+
+
+// How cs1_gdn_prefill runs on this device. The walk that writes O itself (kOut) saves the out kernel's launch and
+// its re-read of S0 and Delta, but puts O's work on the walk's serial chain: on the H200 (lever 24) it took one
+// layer at 128 rows from 44.4 to 36.4 us and at 2048 rows from 371 to 429 us (10.0 instead of 5.4 us per chunk,
+// while the out kernel runs all chunks in parallel). So it runs only up to kWalkOutMaxRows rows (the crossover
+// is near 6 chunks); longer calls keep the out kernel. Both give the same bytes.
+constexpr int64_t kWalkOutMaxRows = 256;
+// Above this many rows (3 chunks and more) the walk that writes O takes P and qs from prep (kPIn): each walk block
+// then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
+// in parallel before any walk starts. Lever 59 (P from prep at every length, prep one kernel) measured +0.025 ms at
+// 128 rows, -0.047 at 160; 59b showed +0.020 of that 128-row cost to be the one-kernel prep's code, not the path
+// (LEVERS 59b / 59c), so P from prep at 2 chunks is untested with prep a template.
+constexpr int64_t kWalkPInMinRows = 128;
+
+// Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
+// one with kOut (0: it does not fit), pre_split for the walk without kOut with two buffers (sm_90's 227 KiB).
+// p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
+// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0, CS1_GDN_PRESPLIT=0 pre_split = 0 and
+// CS1_GDN_P_IN=0 p_in = 0: the paths of smaller devices (or the walk forming P itself), kept testable on larger ones.
+struct GdnPath {
+    int walk_bufs;
+    int out_bufs;
+    int pre_split;
+    int p_in;
+};
+
+template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
+    CS1_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return 0;
+}
+
+// Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
+int configure_device(GdnPath *path) {
+    static std::atomic<bool> done[64];
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * pre_split + 32 * p_in
+    int dev = 0;
+    CS1_CUDA(cudaGetDevice(&dev));
+    const bool cached = dev >= 0 && dev < 64;
+    if (cached && done[dev].load(std::memory_order_acquire)) {
+        const int v = chosen[dev].load(std::memory_order_relaxed);
+        *path = GdnPath{v & 3, (v >> 2) & 3, (v >> 4) & 1, v >> 5};
+        return 0;
+    }
+    int optin = 0;
+    CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const char *split = getenv("CS1_GDN_SPLIT_OUT");
+    const size_t have = size_t(optin);
+    path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
+    path->out_bufs = (split && split[0] == '1') ? 0 : have >= walk_smem(2, true) ? 2 : have >= walk_smem(1, true);
+    const char *pre = getenv("CS1_GDN_PRESPLIT");
+    path->pre_split = !(pre && pre[0] == '0') && have >= walk_smem(2, false, true);
+    const char *p_in = getenv("CS1_GDN_P_IN");
+    path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, false, true);
+    int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
+    if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
+    if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
+    if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
+    if (st == 0)
+        st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
+                                  : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
+    if (st == 0 && path->pre_split)
+        st = allow_smem(gdn_walk_mma_kernel<2, false, true>, walk_smem(2, false, true));
+    if (st == 0 && path->out_bufs == 2) st = allow_smem(gdn_walk_mma_kernel<2, true>, walk_smem(2, true));
+    if (st == 0 && path->out_bufs == 1) st = allow_smem(gdn_walk_mma_kernel<1, true>, walk_smem(1, true));
+    if (st == 0 && path->p_in)
+        st = allow_smem(gdn_walk_mma_kernel<2, true, false, true>, walk_smem(2, true, false, true));
+    if (st != 0) return st;
+    if (cached) {
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->pre_split + 32 * path->p_in,
+                          std::memory_order_relaxed);
+        done[dev].store(true, std::memory_order_release);
+    }
+    return 0;
+}
+
+}  // namespace
+
+extern "C" int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes) {
+    CS1_REQUIRE_PTR(bytes);
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20) && H > 0 && H <= 65535);
+    *bytes = T == 0 ? 0 : Layout(T, n_seqs, H).total;
+    return 0;
+}
+
+namespace {
+
+// cs1_gdn_prefill, and with `norm` (cs1_gdn_prefill_norm) the layer's gated RMSNorm after it into `normed`: folded
+// into the out kernel where it runs, else the norm kernel on o.
+int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
+                int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H, int64_t HK,
+                float scale, const OutNorm *norm, void *normed, void *stream) {
+    CS1_REQUIRE_SHAPE(T >= 0 && T <= INT32_MAX && n_seqs >= 0 && n_seqs <= (1 << 20));
+    CS1_REQUIRE_SHAPE(H > 0 && H <= 65535 && HK > 0 && H % HK == 0);
+    if (T == 0) return 0;
+    CS1_REQUIRE_PTR(qkv);
+    CS1_REQUIRE_PTR(g);
+    CS1_REQUIRE_PTR(beta);
+    CS1_REQUIRE_PTR(cu_seqlens);
+    CS1_REQUIRE_PTR(o);
+    CS1_REQUIRE_PTR(workspace);
+    CS1_REQUIRE_SHAPE(ld >= (2 * HK + H) * kD);
+    CS1_REQUIRE(ld % 8 == 0, CS1_ERR_ALIGNMENT);
+    CS1_REQUIRE_ALIGNED(qkv, 16);
+    CS1_REQUIRE_ALIGNED(o, 16);
+    CS1_REQUIRE_ALIGNED(workspace, 16);
+    CS1_REQUIRE_ALIGNED(g, 4);
+    CS1_REQUIRE_ALIGNED(beta, 4);
+    CS1_REQUIRE_ALIGNED(cu_seqlens, 4);
+    if (norm) {
+        CS1_REQUIRE_PTR(norm->z);
+        CS1_REQUIRE_PTR(norm->w);
+        CS1_REQUIRE_PTR(normed);
+        CS1_REQUIRE_SHAPE(norm->ldz >= H * kD);
+        CS1_REQUIRE(norm->ldz % 8 == 0, CS1_ERR_ALIGNMENT);
+        CS1_REQUIRE_ALIGNED(norm->z, 16);
+        CS1_REQUIRE_ALIGNED(norm->w, 16);
+        CS1_REQUIRE_ALIGNED(normed, 16);
+    }
+    const Layout lay(T, n_seqs, H);
+    CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
+    const int64_t nc = (T + kC - 1) / kC + n_seqs;
+    CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
+    GdnPath path{2, 0, 0, 0};
+    const int st = configure_device(&path);
+    if (st != 0) return st;
+
+    cudaStream_t s = cs1_stream(stream);
+    auto *ws = static_cast<unsigned char *>(workspace);
+    const auto *x = static_cast<const bf16 *>(qkv);
+    const bool walk_writes_o = path.out_bufs > 0 && T <= kWalkOutMaxRows;
+    // O's destination: with the norm folded into the out kernel, the normed rows (prep zeroes their padding rows)
+    const bool fold = norm && !walk_writes_o;
+    auto *out = static_cast<bf16 *>(fold ? normed : o);
+    const bool prep_indexes = n_seqs <= kPrepIndexMaxSeqs;
+    if (!prep_indexes) {
+        gdn_index_kernel<<<1, 32, 0, s>>>(cu_seqlens, int(n_seqs), int(T),
+                                          reinterpret_cast<int32_t *>(ws + lay.seq_start),
+                                          reinterpret_cast<int32_t *>(ws + lay.chunk_off));
+        CS1_CUDA(cudaGetLastError());
+    }
+    const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
+    const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
+    const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
+    const bool pre_split = !walk_writes_o && bufs == 2 && path.pre_split;
+    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
+    const size_t smem = walk_smem(bufs, walk_writes_o, pre_split, p_in);
+    const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
+    if (p_in)
+        gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                           int(T), int(H), int(HK), scale, ws, lay,
+                                                                           out);
+    else
+        gdn_prep_mma_kernel<false><<<chunk_grid, kThreads, kPrepMmaSmem, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
+                                                                            int(T), int(H), int(HK), scale, ws, lay,
+                                                                            out);
+    CS1_CUDA(cudaGetLastError());  // a failed launch must not leave later kernels reading unset workspace
+    const int h32 = int(H), hk32 = int(HK);
+    if (n_seqs > 0) {  // no prompt: prep wrote the padding zeros, no walk
+        if (p_in)
+            gdn_walk_mma_kernel<2, true, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws,
+                                                                                      lay, out);
+        else if (walk_writes_o && bufs == 2)
+            gdn_walk_mma_kernel<2, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else if (walk_writes_o)
+            gdn_walk_mma_kernel<1, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else if (pre_split)
+            gdn_walk_mma_kernel<2, false, true><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay,
+                                                                                out);
+        else if (bufs == 2)
+            gdn_walk_mma_kernel<2, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        else
+            gdn_walk_mma_kernel<1, false><<<walk_grid, kThreads, smem, s>>>(x, ld, h32, hk32, scale, ws, lay, out);
+        CS1_CUDA(cudaGetLastError());
+        if (fold)
+            gdn_out_norm_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale,
+                                                                              ws, lay, out, *norm);
+        else if (!walk_writes_o)
+            gdn_out_mma_kernel<<<chunk_grid, kThreads, kOutMmaSmem, s>>>(x, ld, int(n_seqs), h32, hk32, scale, ws,
+                                                                         lay, out);
+        CS1_CUDA(cudaGetLastError());
+    }
+    if (norm && !fold)
+        return cs1_gated_rms_norm(o, norm->z, norm->ldz, norm->w, norm->round_weighted, normed, T, H, kD, norm->eps,
+                                  stream);
+    CS1_LAUNCHED();
+}
+
+}  // namespace
+
+extern "C" int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta,
+                               const int32_t *cu_seqlens, int64_t n_seqs, void *o, void *workspace,
+                               size_t workspace_bytes, int64_t T, int64_t H, int64_t HK, float scale, void *stream) {
+    return gdn_prefill(qkv, ld, g, beta, cu_seqlens, n_seqs, o, workspace, workspace_bytes, T, H, HK, scale, nullptr,
+                       nullptr, stream);
+}
+
+extern "C" int cs1_gdn_prefill_norm(const void *qkv, int64_t ld, const float *g, const float *beta,
+                                    const int32_t *cu_seqlens, int64_t n_seqs, const void *z, int64_t ldz,
+                                    const float *norm_w, int32_t round_weighted, float eps, void *o, void *out,
+                                    void *workspace, size_t workspace_bytes, int64_t T, int64_t H, int64_t HK,
+                                    float scale, void *stream) {
+    const OutNorm norm{static_cast<const bf16 *>(z), ldz, norm_w, int(round_weighted), eps};
+    return gdn_prefill(qkv, ld, g, beta, cu_seqlens, n_seqs, o, workspace, workspace_bytes, T, H, HK, scale, &norm,
+                       out, stream);
+}

@@ -1,0 +1,55 @@
+// smem_async.cuh: asynchronous global-to-shared copies (cp.async, sm_80+) and the Hopper warpgroup-MMA helpers
+// (wgmma, sm_90a only) shared by the attention and GEMM kernels. Everything here is a thin wrapper of one PTX
+// instruction; the kernels own their layouts.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace cs1_async {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes 0 fills the destination with zeros (rows past the prompt end)
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead_bytes >> 4) << 16) |
+           (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// wait until at most N committed wgmma groups of this warpgroup are still running
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wg_wait_all() { wg_wait<0>(); }
+// generic-proxy writes (cp.async) made visible to the async proxy that wgmma reads shared memory through
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#endif
+
+}  // namespace cs1_async
