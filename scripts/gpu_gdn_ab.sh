@@ -3,8 +3,8 @@
 # builds both, then the steps named in STEPS, in this order:
 #   convsweep benchmarks/conv_runs.cu: the conv + gates launch at every run length (no library involved)
 #   siluexact benchmarks/silu_exact.cu: silu_n against silu_f on every fp32 input, bit for bit (no library involved)
-#   parity    benchmarks/gdn_parity.py old against new, byte for byte (PARITY_OLD=mid: mid against new, for two
-#             stacked levers whose second keeps the first one's bytes)
+#   parity    benchmarks/gdn_parity.py old against new, byte for byte, at PARITY_LENGTHS (default: the script's);
+#             PARITY_OLD=mid: mid against new, for two stacked levers whose second keeps the first one's bytes
 #   bparity   benchmarks/build_parity.py old against new (against mid when ab_mid/ exists: the first of two
 #             stacked levers is the one that must keep the bytes; BPARITY_NEW=1 also compares old against new, for
 #             two stacked levers that both keep them): the whole model's letter logits, byte for byte
@@ -96,7 +96,8 @@ if step parity; then
     PARITY_A=${MID:-$OLD}
     [ -z "$MID" ] && say "PARITY_OLD=mid without ab_mid/: parity runs old against new"
   fi
-  timeout 120 python3 -m benchmarks.gdn_parity "$PARITY_A" "$NEW" >"$W/parity.log" 2>&1
+  timeout 120 python3 -m benchmarks.gdn_parity "$PARITY_A" "$NEW" ${PARITY_LENGTHS:+--lengths "$PARITY_LENGTHS"} \
+    >"$W/parity.log" 2>&1
   rc=$?  # before any command substitution below resets $?
   say "parity ($(basename "$(dirname "$(dirname "$PARITY_A")")") against new) rc=$rc: $(tail -n1 "$W/parity.log")"
 fi
