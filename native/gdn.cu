@@ -347,10 +347,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
     const float *coef = is_w ? sm.cw : sm.beta;
     float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
-    // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (tf32_rna_bits, masked), which
-    // the walk then takes as is; U stays fp32. Per-thread constants instead of a select: the identity for U.
-    const int w_clamp = is_w ? 0x7fffefff : INT32_MAX;
-    const uint32_t w_half = is_w ? 0x1000u : 0u, w_mask = is_w ? 0xffffe000u : 0xffffffffu;
+    // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk then
+    // takes as is; U stays fp32. is_w is uniform in each warp (warps 0-3 U, 4-7 W).
     float x[kC];
 #pragma unroll
     for (int i = 0; i < kC; ++i) {
@@ -364,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
             if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
         }
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        dst[i * kD] = __uint_as_float((uint32_t(min(int(__float_as_uint(x[i])), w_clamp)) + w_half) & w_mask);
+        dst[i * kD] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
         __syncthreads();
@@ -860,7 +858,8 @@ constexpr int64_t kWalkPInMinRows = 128;
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
-// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths of smaller devices (or the walk forming P itself), kept testable on larger ones.
+// In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
+// of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
