@@ -129,7 +129,7 @@ BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batch
                     ("tail-query", "tail_query",
                      "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"),
                     ("gdn-norm", "gdn_norm",
-                     "the GDN layers' gated RMSNorm inside the prefill's out kernel above 256 rows (off: a separate "
+                     "the GDN layers' gated RMSNorm inside the prefill's out kernel above 640 rows (off: a separate "
                      "norm launch)"))
 
 

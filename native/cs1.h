@@ -132,16 +132,16 @@ int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes)
  * qkv: conv output rows of ld: q head j at [j*128], k head j at [HK*128 + j*128], v head h at [2*HK*128 + h*128].
  * q and k are L2-normalised inside (eps 1e-6), q scaled by `scale` (1/sqrt(128)); value head h reads key head
  * h / (H / HK). o: bf16 [T, H, 128] (rows outside every prompt get zeros).
- * Up to 256 rows (T), where the device's shared memory allows (sm_80 and up), the chunk walk writes o itself
+ * Up to 640 rows (T), where the device's shared memory allows (sm_80 and up), the chunk walk writes o itself
  * (three launches); otherwise a separate output kernel does. CS1_GDN_SPLIT_OUT=1 in the environment (read once per
- * device) forces the separate kernel, for tests; both give the same bytes. From 129 to 256 rows on sm_90 the prep
+ * device) forces the separate kernel, for tests; both give the same bytes. From 129 to 640 rows on sm_90 the prep
  * kernel also forms the walk's P and query norms (CS1_GDN_P_IN=0: the walk forms them itself; the same bytes). */
 int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
                     int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H,
                     int64_t HK, float scale, void *stream);
 /* cs1_gdn_prefill, then the layer's gated RMSNorm (cs1_gated_rms_norm with D = 128) on its output: out [T, H, 128] =
  * the bytes of cs1_gated_rms_norm(o, z, ldz, norm_w, round_weighted, out, T, H, 128, eps) after cs1_gdn_prefill on
- * every row inside a prompt; rows outside every prompt get zeros. Where the separate output kernel runs (above 256
+ * every row inside a prompt; rows outside every prompt get zeros. Where the separate output kernel runs (above 640
  * rows, or CS1_GDN_SPLIT_OUT=1) it normalises its own tile and o is not touched; otherwise o receives the prefill's
  * output and the norm kernel runs on it (o: scratch, bf16 [T, H, 128]). z, norm_w (fp32 [128]) and out 16-byte
  * aligned, ldz % 8 == 0, ldz >= H * 128. */

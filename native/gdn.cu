@@ -845,9 +845,10 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_norm_mma_kernel(const bf1
 // How cs1_gdn_prefill runs on this device. The walk that writes O itself (kOut) saves the out kernel's launch and
 // its re-read of S0 and Delta, but puts O's work on the walk's serial chain: on the H200 (lever 24) it took one
 // layer at 128 rows from 44.4 to 36.4 us and at 2048 rows from 371 to 429 us (10.0 instead of 5.4 us per chunk,
-// while the out kernel runs all chunks in parallel). So it runs only up to kWalkOutMaxRows rows (the crossover
-// is near 6 chunks); longer calls keep the out kernel. Both give the same bytes.
-constexpr int64_t kWalkOutMaxRows = 256;
+// while the out kernel runs all chunks in parallel). So it ran only up to 256 rows (the crossover was near 6
+// chunks). Levers 69-70 made every product 1-term tf32, O's in the walk included; lever 72 measures the crossover
+// again up to 10 chunks. Longer calls keep the out kernel. Both give the same bytes.
+constexpr int64_t kWalkOutMaxRows = 640;
 // Above this many rows (3 chunks and more) the walk that writes O takes P and qs from prep (kPIn): each walk block
 // then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
 // in parallel before any walk starts. Lever 59 (P from prep at every length, prep one kernel) measured +0.025 ms at

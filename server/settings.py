@@ -112,7 +112,7 @@ FLAGS: list[tuple[str, type | object, str]] = [
                         "and its norm and RoPE at the read-out rows alone for prompts of 512 padded tokens and more "
                         "(keys and values still at every row; bf16 rounding may move); 'off' at every row. Shown in "
                         "/info"),
-    ("gdn-norm", str, "cuda backend: 'auto' runs each GDN layer's prefill and gated RMSNorm as one call (above 256 "
+    ("gdn-norm", str, "cuda backend: 'auto' runs each GDN layer's prefill and gated RMSNorm as one call (above 640 "
                       "tokens the prefill's output kernel normalises its own tile: one launch fewer, O never stored; "
                       "the same bytes); 'off' keeps the separate norm launch. Shown in /info"),
     ("demo", bool, "serve a tiny random-weight checkpoint on the CPU reference backend (answers are meaningless)"),

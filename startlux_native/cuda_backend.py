@@ -123,7 +123,7 @@ class CudaBackend:
     attention runs for the read-out rows alone, cs1_attention_gated_rows, instead of every query row) or "off".
     `tail_query` is "auto" (with that, from TAIL_QUERY_MIN_ROWS padded rows, the last attention's q / gate
     projection and prep run at the read-out rows alone; keys and values at every row) or "off". `gdn_norm` is
-    "auto" (each GDN layer's prefill and gated RMSNorm as one call, cs1_gdn_prefill_norm: above 256 rows the prefill's
+    "auto" (each GDN layer's prefill and gated RMSNorm as one call, cs1_gdn_prefill_norm: above 640 rows the prefill's
     out kernel normalises its own tile, so O is never written nor read back) or "off" (cs1_gdn_prefill, then
     cs1_gated_rms_norm); both give the same bytes on every prompt row."""
 
@@ -185,7 +185,7 @@ class CudaBackend:
         if gdn_norm not in ("auto", "off"):
             raise ValueError(f"gdn_norm must be 'auto' or 'off', not {gdn_norm!r}")
         self.gdn_norm = gdn_norm == "auto"
-        self.gdn_norm_state = ("the gated RMSNorm inside the GDN prefill's out kernel above 256 rows" if self.gdn_norm
+        self.gdn_norm_state = ("the gated RMSNorm inside the GDN prefill's out kernel above 640 rows" if self.gdn_norm
                                else "off (option)")
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"

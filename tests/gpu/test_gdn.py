@@ -488,9 +488,9 @@ np.save(sys.argv[3], bf16.to_bits(o))
 """
 
 
-@pytest.mark.parametrize("lengths", [[160], [129], [256], [1, 64, 65, 30]])
+@pytest.mark.parametrize("lengths", [[160], [129], [256], [640], [1, 64, 65, 30]])
 def test_prefill_p_from_prep_gives_the_walks_own_bytes(cs1, gpu, rng, tmp_path, lengths):
-    """From 129 to 256 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory); with
+    """From 129 to 640 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory); with
     CS1_GDN_P_IN=0 it forms them itself, as below 129 rows. The path is chosen once per process, so the second form
     runs in a child process on the same inputs: the same bytes (the same products in the same order)."""
     h, hk = 32, 16
@@ -531,7 +531,7 @@ def test_prefill_tiny_qk(cs1, gpu, rng):
     check_prefill("prefill |q|,|k| ~ 1e-9 T=300", got, ref)
 
 
-@pytest.mark.parametrize("t", [200, 700])  # the walk that writes O (<= 256 rows) and the one with the out kernel
+@pytest.mark.parametrize("t", [200, 700])  # the walk that writes O (<= 640 rows) and the one with the out kernel
 def test_prefill_nan_reaches_exactly_its_column(cs1, gpu, rng, t):
     """One NaN in v (row i, value head h, column c) must reach O in that column from the start of its 64-row chunk
     (P Delta multiplies the masked upper triangle, 0 x NaN = NaN) to the end of its prompt, and nowhere else: the

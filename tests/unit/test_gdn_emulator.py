@@ -3,7 +3,7 @@ CUDA thread a std::thread, MMA fragments gathered per warp with the PTX layouts,
 No GPU: this checks the kernels' logic on every CI run, not their speed.
 
 Every form of the walk runs on packed prompts with padding rows: the walk that writes O itself (what the H200 uses
-up to 256 rows, from 129 rows with P and qs from prep) and the walk + separate out kernel (longer calls, smaller
+up to 640 rows, from 129 rows with P and qs from prep) and the walk + separate out kernel (longer calls, smaller
 devices), each with two chunk buffers or one. They must give the same bytes, and each must stay within 2e-2 x
 max|ref| of the float64 recurrence of tests/gpu/test_gdn.py with zero padding rows.
 Needs g++ and the CUDA headers (for the bf16 type); skipped, with the reason, where either is missing.
@@ -39,7 +39,7 @@ def emulator():
 
 # The walk instantiations: with O or with the out kernel after it, two buffers (sm_80 and up) or one (the smaller
 # devices: on the H200 only the two-buffer forms run), and the walk with O that takes P and qs from prep (sm_90, 129
-# to 256 rows; prep then makes them)
+# to 640 rows; prep then makes them)
 WALKS = ["gdn_walk_mma_kernel<2, true>", "gdn_walk_mma_kernel<2, false>", "gdn_walk_mma_kernel<1, true>",
          "gdn_walk_mma_kernel<1, false>", "gdn_walk_mma_kernel<2, true, true>"]
 
@@ -58,7 +58,7 @@ def test_every_walk_form_gives_the_same_bytes(emulator):
 
 @pytest.mark.parametrize("round_weighted", [1, 0])
 def test_out_kernel_with_the_norm_folded_in_gives_the_norm_kernels_bytes(emulator, round_weighted):
-    """gdn_out_norm_mma_kernel (cs1_gdn_prefill_norm above 256 rows) against the norm kernel's row code on the out
+    """gdn_out_norm_mma_kernel (cs1_gdn_prefill_norm above 640 rows) against the norm kernel's row code on the out
     kernel's own O: the same bytes on every prompt row, padding rows left to prep (norm_case asserts both)."""
     exe = emulator.build(ROOT / "native", "gdn_walk_mma_kernel<2, false>", f"emu_norm{round_weighted}")
     fused = emulator.norm_case(exe, [1, 64, 65], 2, 1, pad=5, round_weighted=round_weighted)
