@@ -263,7 +263,7 @@ static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0 && sizeo
 // walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
 // The same functions on the same operands as the walk that computes them itself: the same bytes.
 // kRolledSolve (with kPOut; launched with kPrepMmaSmemPX): rows 32-63 of the forward substitution as a loop, for
-// grids of about one block per SM (see kPrepRolledMaxRows); the same bytes.
+// grids of at most one block per SM (see GdnPath::sms); the same bytes.
 template <bool kPOut, bool kRolledSolve = false>
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
@@ -898,20 +898,20 @@ constexpr int64_t kWalkOutMaxRows = 640;
 // 128 rows, -0.047 at 160; 59b showed +0.020 of that 128-row cost to be the one-kernel prep's code, not the path
 // (LEVERS 59b / 59c), so P from prep at 2 chunks is untested with prep a template.
 constexpr int64_t kWalkPInMinRows = 128;
-// Up to this many rows prep (with P, so above kWalkPInMinRows) solves rows 32-63 in a loop (kRolledSolve): at 160
-// rows (128 blocks of 32 heads, one per SM) that saved 3 us per layer, at 512 rows (288 blocks, two per SM) it cost
-// 8 (LEVERS 73b). The same bytes.
-constexpr int64_t kPrepRolledMaxRows = 256;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
+// sms: the device's SM count. Prep with P solves rows 32-63 in a loop (kRolledSolve) when its grid has at most one
+// block per SM: one prompt of 144-192 rows (4 chunks x 32 heads = 128 blocks) ran 0.08 ms faster per forward, 224
+// and 256 rows (160 and 192 blocks) 0.15 ms slower (LEVERS 73c). The same bytes either way.
 // In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
 // of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
     int p_in;
+    int sms;
 };
 
 template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
@@ -922,17 +922,18 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * p_in
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * p_in + 32 * sms
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, (v >> 2) & 3, v >> 4};
+        *path = GdnPath{v & 3, (v >> 2) & 3, (v >> 4) & 1, v >> 5};
         return 0;
     }
     int optin = 0;
     CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CS1_CUDA(cudaDeviceGetAttribute(&path->sms, cudaDevAttrMultiProcessorCount, dev));
     const char *split = getenv("CS1_GDN_SPLIT_OUT");
     const size_t have = size_t(optin);
     path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
@@ -953,7 +954,8 @@ int configure_device(GdnPath *path) {
         st = allow_smem(gdn_walk_mma_kernel<2, true, true>, walk_smem(2, true, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->p_in, std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->p_in + 32 * path->sms,
+                          std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -1006,7 +1008,7 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, 0, 0};
+    GdnPath path{2, 0, 0, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -1030,7 +1032,7 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
     const size_t smem = walk_smem(bufs, walk_writes_o, p_in);
     const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
-    if (p_in && T <= kPrepRolledMaxRows)
+    if (p_in && nc * H <= path.sms)
         gdn_prep_mma_kernel<true, true><<<chunk_grid, kThreads, kPrepMmaSmemPX, s>>>(
             x, ld, g, beta, prep_cu, int(n_seqs), int(T), int(H), int(HK), scale, ws, lay, out);
     else if (p_in)
