@@ -230,6 +230,7 @@ __device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const floa
 
 // Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
 // factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
+constexpr int kLdX = 36;  // fp32 row stride of X: 16-byte rows, LDS.128 of 8 threads' rows hit 32 distinct banks
 struct PrepSmem {
     bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
     bf16 V[kC * kLdKb];  // raw v rows
@@ -247,15 +248,23 @@ struct PrepSmemP : PrepSmem {
     float qs[kC];        // scale / |q_i|
     bf16 Q[kC * kLdKb];  // raw q rows (zeros past the chunk end)
 };
+// With kRolledSolve: also X, the thread's x_32..x_63 for the solve's rolled half.
+struct PrepSmemPX : PrepSmemP {
+    float X[kThreads * kLdX];
+};
 constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
 constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
-static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
+constexpr size_t kPrepMmaSmemPX = sizeof(PrepSmemPX);
+static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0 && sizeof(PrepSmemPX) % 16 == 0,
+              "PrepSmem keeps 16-byte alignment");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 // kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
 // walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
 // The same functions on the same operands as the walk that computes them itself: the same bytes.
-template <bool kPOut>
+// kRolledSolve (with kPOut; launched with kPrepMmaSmemPX): rows 32-63 of the forward substitution as a loop, for
+// grids of at most one block per SM (see GdnPath::sms); the same bytes.
+template <bool kPOut, bool kRolledSolve = false>
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
                                                                    const float *__restrict__ beta,
@@ -265,7 +274,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
                                                                    bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    auto &sm = *reinterpret_cast<std::conditional_t<kPOut, PrepSmemP, PrepSmem> *>(smem_raw);
+    static_assert(kPOut || !kRolledSolve, "X lives in PrepSmemPX");
+    using Smem = std::conditional_t<kRolledSolve, PrepSmemPX, std::conditional_t<kPOut, PrepSmemP, PrepSmem>>;
+    auto &sm = *reinterpret_cast<Smem *>(smem_raw);
     auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
     auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
     const int32_t *seq_start = ws_start, *chunk_off = ws_off;
@@ -340,8 +351,12 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     __syncthreads();
 
     // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
-    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j, fully unrolled so x stays in registers;
-    // four partial sums (j mod 4) cut the dependent FMA chain of row i from i to i / 4.
+    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j; four partial sums (j mod 4) cut the
+    // dependent FMA chain of row i from i to i / 4. All 64 rows unrolled keep x in registers; kRolledSolve unrolls
+    // rows 0-31 only, and rows 32-63 are a loop that reads x_32.. back from the thread's row of X. With about one
+    // block per SM the 64 unrolled rows (~50 KB of code, chunk_p's after them) leave the warps waiting for
+    // instructions; with two blocks per SM over several waves the loop's extra loads cost more (LEVERS 73, 73b,
+    // 73c). Each partial sum takes the same FMAs in the same order either way.
     const int col = tid & (kD - 1);
     const bool is_w = tid >= kD;
     const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
@@ -349,9 +364,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
     // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk then
     // takes as is; U stays fp32. is_w is uniform in each warp (warps 0-3 U, 4-7 W).
-    float x[kC];
+    constexpr int kHalf = kC / 2;
+    constexpr int kRegRows = kRolledSolve ? kHalf : kC;  // rows solved unrolled, x in registers
+    float x[kRegRows];
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
+    for (int i = 0; i < kRegRows; ++i) {
         float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < i; j += 4) {  // 16-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
@@ -363,6 +380,32 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         }
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         dst[i * kD] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
+    }
+    if constexpr (kRolledSolve) {  // rows 32-63: the loop
+        float *xs = sm.X + tid * kLdX;  // x_(kHalf + r) at xs[r]
+#pragma unroll 1
+        for (int i = kHalf; i < kC; ++i) {
+            const float *li = sm.L + i * kLdL;
+            float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < kHalf; j += 4) {  // x_0..x_31 from registers (j + 3 < i throughout)
+                const float4 l = lds128(li + j);
+                acc[0] = fmaf(-l.x, x[j], acc[0]);
+                acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
+                acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
+                acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
+            }
+            for (int j = kHalf; j < i; j += 4) {  // x_32..x_(i-1) from X (the lanes past i - 1 are not used)
+                const float4 l = lds128(li + j), xv = lds128(xs + (j - kHalf));
+                acc[0] = fmaf(-l.x, xv.x, acc[0]);
+                if (j + 1 < i) acc[1] = fmaf(-l.y, xv.y, acc[1]);
+                if (j + 2 < i) acc[2] = fmaf(-l.z, xv.z, acc[2]);
+                if (j + 3 < i) acc[3] = fmaf(-l.w, xv.w, acc[3]);
+            }
+            const float xi = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            xs[i - kHalf] = xi;
+            dst[i * kD] = is_w ? __uint_as_float(tf32_rna_bits(xi) & 0xffffe000u) : xi;
+        }
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
         __syncthreads();
@@ -859,12 +902,16 @@ constexpr int64_t kWalkPInMinRows = 128;
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
+// sms: the device's SM count. Prep with P solves rows 32-63 in a loop (kRolledSolve) when its grid has at most one
+// block per SM: one prompt of 144-192 rows (4 chunks x 32 heads = 128 blocks) ran 0.08 ms faster per forward, 224
+// and 256 rows (160 and 192 blocks) 0.15 ms slower (LEVERS 73c). The same bytes either way.
 // In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
 // of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
     int walk_bufs;
     int out_bufs;
     int p_in;
+    int sms;
 };
 
 template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
@@ -875,17 +922,18 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
     static std::atomic<bool> done[64];
-    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * p_in
+    static std::atomic<int> chosen[64];  // walk_bufs + 4 * out_bufs + 16 * p_in + 32 * sms
     int dev = 0;
     CS1_CUDA(cudaGetDevice(&dev));
     const bool cached = dev >= 0 && dev < 64;
     if (cached && done[dev].load(std::memory_order_acquire)) {
         const int v = chosen[dev].load(std::memory_order_relaxed);
-        *path = GdnPath{v & 3, (v >> 2) & 3, v >> 4};
+        *path = GdnPath{v & 3, (v >> 2) & 3, (v >> 4) & 1, v >> 5};
         return 0;
     }
     int optin = 0;
     CS1_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CS1_CUDA(cudaDeviceGetAttribute(&path->sms, cudaDevAttrMultiProcessorCount, dev));
     const char *split = getenv("CS1_GDN_SPLIT_OUT");
     const size_t have = size_t(optin);
     path->walk_bufs = have >= walk_smem(2, false) ? 2 : 1;
@@ -894,6 +942,7 @@ int configure_device(GdnPath *path) {
     path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, true);
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
+    if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true, true>, kPrepMmaSmemPX);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
     if (st == 0)
@@ -905,7 +954,8 @@ int configure_device(GdnPath *path) {
         st = allow_smem(gdn_walk_mma_kernel<2, true, true>, walk_smem(2, true, true));
     if (st != 0) return st;
     if (cached) {
-        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->p_in, std::memory_order_relaxed);
+        chosen[dev].store(path->walk_bufs + 4 * path->out_bufs + 16 * path->p_in + 32 * path->sms,
+                          std::memory_order_relaxed);
         done[dev].store(true, std::memory_order_release);
     }
     return 0;
@@ -958,7 +1008,7 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     CS1_REQUIRE(workspace_bytes >= lay.total, CS1_ERR_WORKSPACE);
     const int64_t nc = (T + kC - 1) / kC + n_seqs;
     CS1_REQUIRE_SHAPE(nc <= INT32_MAX);
-    GdnPath path{2, 0, 0};
+    GdnPath path{2, 0, 0, 0};
     const int st = configure_device(&path);
     if (st != 0) return st;
 
@@ -982,7 +1032,10 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
     const size_t smem = walk_smem(bufs, walk_writes_o, p_in);
     const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
-    if (p_in)
+    if (p_in && nc * H <= path.sms)
+        gdn_prep_mma_kernel<true, true><<<chunk_grid, kThreads, kPrepMmaSmemPX, s>>>(
+            x, ld, g, beta, prep_cu, int(n_seqs), int(T), int(H), int(HK), scale, ws, lay, out);
+    else if (p_in)
         gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
                                                                            int(T), int(H), int(HK), scale, ws, lay,
                                                                            out);

@@ -16,6 +16,8 @@ NaN is out of its reach: the CPU's fp32 arithmetic keeps a NaN's payload where t
 has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the separate out kernel after it;
 "gdn_walk_mma_kernel<2, true, true>" the walk that takes P and qs from prep, prep then making them; trees before
 lever 70 spell it "gdn_walk_mma_kernel<2, true, false, true>").
+--prep-rolled (with that walk) runs prep with the solve's rows 32-63 as a loop (gdn_prep_mma_kernel<true, true>,
+lever 73c), as the GPU does above 128 rows when prep's grid has at most one block per SM.
 --norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)
 against the norm kernel's row code (gated_norm.cuh) run on the out kernel's own O: the same bytes on prompt rows.
 Several minutes on a 2-core machine.
@@ -46,7 +48,7 @@ D = 128
 WORK = Path(tempfile.mkdtemp(prefix="gdn-emu-"))
 
 
-def build(native: Path, walk: str | None, name: str) -> Path:
+def build(native: Path, walk: str | None, name: str, prep_rolled: bool = False) -> Path:
     src = (native / "gdn.cu").read_text()
     walk_out = "bool kOut" in src  # the walk writes O itself unless told otherwise; prep zeroes the padding rows
     if walk is None:
@@ -73,12 +75,16 @@ def build(native: Path, walk: str | None, name: str) -> Path:
         pin_at = 3 if "bool kPreSplit" in src else 2
         p_in = len(params) > pin_at and params[pin_at] == "true"
         body = f"#define GDN_PREP_P 1\n#define GDN_WALK_PIN {int(p_in)}\n" + body
+    if prep_rolled:
+        if not ("bool kRolledSolve" in src and "bool kPOut" in src and p_in):
+            raise SystemExit("--prep-rolled needs a tree with kRolledSolve and --walk with kPIn (P from prep)")
+        body = "#define GDN_PREP_ROLLED 1\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     subprocess.run(["g++", "-std=c++20", "-O2", "-pthread", "-w", f"-I{cuda}/include", f"-I{HERE}", f"-I{native}",
                     f"-DWALK={walk}", str(WORK / f"{name}.cpp"), "-o", str(exe)], check=True)
-    print(f"built {name} from {native} (walk {walk})", flush=True)
+    print(f"built {name} from {native} (walk {walk}{', the rolled prep' if prep_rolled else ''})", flush=True)
     return exe
 
 
@@ -193,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("native", type=Path)
     ap.add_argument("--against", type=Path, help="a native/ folder whose kernels must give the same bytes")
     ap.add_argument("--walk", help="walk kernel instantiation of NATIVE (default: see above)")
+    ap.add_argument("--prep-rolled", action="store_true",
+                    help="prep with the solve's rows 32-63 as a loop (needs --walk with P from prep)")
     ap.add_argument("--prep-precision", action="store_true",
                     help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop "
                          "(W is stored rounded to tf32 since lever 70: its error is then that rounding's)")
@@ -215,7 +223,7 @@ def main(argv=None) -> int:
                 print(f"{label} T={t} H={h} weak={weak}: prep max|err|/max|ref| U {w['u']:.3e}  W {w['w']:.3e}",
                       flush=True)
         return 0
-    exes = (build(args.native.resolve(), args.walk, "emu"),
+    exes = (build(args.native.resolve(), args.walk, "emu", args.prep_rolled),
             build(args.against.resolve(), None, "emu_old") if args.against else None)
     case(exes, [1], 2, 1)
     case(exes, [64], 2, 2)

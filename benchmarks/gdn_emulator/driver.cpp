@@ -73,7 +73,11 @@ int main(int argc, char **argv) {
                    (int32_t *)(ws + lay.seq_start), (int32_t *)(ws + lay.chunk_off));
 #ifdef GDN_WALK_OUT  // prep zeroes the padding rows; the walk writes O itself when GDN_WALK_OUT is 1
 #ifdef GDN_PREP_P  // prep is a template: with P and qs for the walk that reads them, or without
+#ifdef GDN_PREP_ROLLED  // check.py --prep-rolled: the solve's rows 32-63 as a loop (lever 73c)
+#define GDN_PREP gdn_prep_mma_kernel<bool(GDN_WALK_PIN), true>
+#else
 #define GDN_PREP gdn_prep_mma_kernel<bool(GDN_WALK_PIN)>
+#endif
 #else
 #define GDN_PREP gdn_prep_mma_kernel
 #endif
