@@ -24,7 +24,8 @@
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
 //      writes zeros into the padding rows of o. Above kWalkPInMinRows rows, up to kWalkOutMaxRows (sm_90), also the
-//      walk's P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use.
+//      walk's P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use; with at
+//      most one block per SM it solves half the rows in a loop (kRolledSolve, GdnPath::sms).
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
