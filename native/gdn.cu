@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
     // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j; four partial sums (j mod 4) cut the
     // dependent FMA chain of row i from i to i / 4. All 64 rows unrolled keep x in registers; kRolledSolve unrolls
-    // rows 0-31 only, and rows 32-63 are a loop that reads x_32.. back from the thread's row of X. With about one
+    // rows 0-31 only, and rows 32-63 are a loop that reads x_32.. back from the thread's row of X. With at most one
     // block per SM the 64 unrolled rows (~50 KB of code, chunk_p's after them) leave the warps waiting for
     // instructions; with two blocks per SM over several waves the loop's extra loads cost more (LEVERS 73, 73b,
     // 73c). Each partial sum takes the same FMAs in the same order either way.
@@ -890,8 +890,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_norm_mma_kernel(const bf1
 // its re-read of S0 and Delta, but puts O's work on the walk's serial chain: on the H200 (lever 24) it took one
 // layer at 128 rows from 44.4 to 36.4 us and at 2048 rows from 371 to 429 us (10.0 instead of 5.4 us per chunk,
 // while the out kernel runs all chunks in parallel). So it ran only up to 256 rows (the crossover was near 6
-// chunks). Levers 69-70 made every product 1-term tf32, O's in the walk included; lever 72 measures the crossover
-// again up to 10 chunks. Longer calls keep the out kernel. Both give the same bytes.
+// chunks). Levers 69-70 made every product 1-term tf32, O's in the walk included; then the walk with O was faster
+// at every length measured from 288 to 640 rows (-0.16 to -0.01 ms per forward, the gain shrinking; lever 72).
+// Longer calls keep the out kernel. Both give the same bytes.
 constexpr int64_t kWalkOutMaxRows = 640;
 // Above this many rows (3 chunks and more) the walk that writes O takes P and qs from prep (kPIn): each walk block
 // then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
@@ -904,8 +905,8 @@ constexpr int64_t kWalkPInMinRows = 128;
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
 // sms: the device's SM count. Prep with P solves rows 32-63 in a loop (kRolledSolve) when its grid has at most one
-// block per SM: one prompt of 144-192 rows (4 chunks x 32 heads = 128 blocks) ran 0.08 ms faster per forward, 224
-// and 256 rows (160 and 192 blocks) 0.15 ms slower (LEVERS 73c). The same bytes either way.
+// block per SM: one prompt of 144-192 rows (4 chunk slots x 32 heads = 128 blocks) ran 0.07 ms faster per forward,
+// with the loop up to 256 rows 224 and 256 (160 and 192 blocks) 0.15 ms slower (LEVERS 73c). The same bytes.
 // In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
 // of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
