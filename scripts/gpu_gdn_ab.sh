@@ -14,7 +14,9 @@
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 640 1024 4096 on the new build
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
-#   detail    the full Nsight sections of one prep and one walk launch of the new build at DETAIL_LENGTHS
+#   detail    the full Nsight sections (stall reasons included) of the first two launches of the new build's kernels
+#             matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|out)" at 2048 rows: prep<0> and the out
+#             kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in the environment gives per-line source counters
 #   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
@@ -162,9 +164,9 @@ for name, t in seen.items():
     print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
 PY
 done
-# the full Nsight sections of one prep and one walk launch of the new build
+# the full Nsight sections of the first two launches matching DETAIL_KERNELS (default: one prep and one walk)
 step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do
-  timeout 120 "$NCU" --clock-control none -k regex:"gdn_(prep|walk)" --launch-count 2 --set full --import-source yes \
+  timeout 120 "$NCU" --clock-control none -k regex:"${DETAIL_KERNELS:-gdn_(prep|walk)}" --launch-count 2 --set full --import-source yes \
     --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
     >"$W/ncu-detail-$L.txt" 2>&1
   say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
