@@ -12,6 +12,8 @@
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 640 1024 4096 on the new build
+#   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
+#             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
 #   detail    the full Nsight sections (stall reasons included) of the first two launches of the new build's kernels
@@ -131,6 +133,12 @@ if step memcheck; then
   CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py 640 1024 4096 >"$W/sanitizer.log" 2>&1
   say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
+fi
+if step racecheck; then
+  SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  CS1_LIBRARY=$NEW timeout 300 "$SAN" --tool racecheck --kernel-name kns=gdn_ --error-exitcode 86 --print-limit 20 \
+    python3 scripts/sanitize_driver.py ${RACECHECK_LENGTHS:-160 1024} >"$W/racecheck.log" 2>&1
+  say "racecheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ (error|hazard)s?" "$W/racecheck.log" | tail -n1)"
 fi
 
 step kt && for i in $(seq 1 "$ROUNDS"); do
