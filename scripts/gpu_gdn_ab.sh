@@ -16,9 +16,10 @@
 #             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
 #   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
-#   detail    the full Nsight sections (stall reasons included) of the first two launches of the new build's kernels
-#             matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|out)" at 2048 rows: prep<0> and the out
-#             kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in the environment gives per-line source counters
+#   detail    the full Nsight sections (stall reasons included) of the first DETAIL_LAUNCHES (2) launches of the new
+#             build's kernels matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|walk|out)" with 3 launches
+#             gives one layer's prep, walk and, above 640 rows, out kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in
+#             the environment gives per-line source counters
 #   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
@@ -174,7 +175,8 @@ PY
 done
 # the full Nsight sections of the first two launches matching DETAIL_KERNELS (default: one prep and one walk)
 step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do
-  timeout 120 "$NCU" --clock-control none -k regex:"${DETAIL_KERNELS:-gdn_(prep|walk)}" --launch-count 2 --set full --import-source yes \
+  timeout 180 "$NCU" --clock-control none -k regex:"${DETAIL_KERNELS:-gdn_(prep|walk)}" \
+    --launch-count "${DETAIL_LAUNCHES:-2}" --set full --import-source yes \
     --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
     >"$W/ncu-detail-$L.txt" 2>&1
   say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
