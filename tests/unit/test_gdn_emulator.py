@@ -37,23 +37,25 @@ def emulator():
     shutil.rmtree(mod.WORK, ignore_errors=True)
 
 
-# The walk instantiations: with O or with the out kernel after it, two buffers (sm_80 and up) or one (the smaller
-# devices: on the H200 only the two-buffer forms run), and the walk with O that takes P and qs from prep (sm_90, 129
-# to 640 rows; prep then makes them)
-WALKS = ["gdn_walk_mma_kernel<2, true>", "gdn_walk_mma_kernel<2, false>", "gdn_walk_mma_kernel<1, true>",
-         "gdn_walk_mma_kernel<1, false>", "gdn_walk_mma_kernel<2, true, true>"]
+# The walk instantiations (with the prep form each runs after): with O or with the out kernel after it, two buffers
+# (sm_80 and up) or one (the smaller devices: on the H200 only the two-buffer forms run), and the walk with O that
+# takes P and qs from prep (sm_90, 129 to 640 rows; prep then makes them), after prep's unrolled solve and after its
+# rolled one (where prep's grid has at most one block per SM, lever 73c)
+WALKS = [("gdn_walk_mma_kernel<2, true>", False), ("gdn_walk_mma_kernel<2, false>", False),
+         ("gdn_walk_mma_kernel<1, true>", False), ("gdn_walk_mma_kernel<1, false>", False),
+         ("gdn_walk_mma_kernel<2, true, true>", False), ("gdn_walk_mma_kernel<2, true, true>", True)]
 
 
 def test_every_walk_form_gives_the_same_bytes(emulator):
     native = ROOT / "native"
-    exes = [emulator.build(native, walk, f"emu{i}") for i, walk in enumerate(WALKS)]
+    exes = [emulator.build(native, walk, f"emu{i}", rolled) for i, (walk, rolled) in enumerate(WALKS)]
     # three prompts (one row, one exact chunk, two chunks and two rows) packed, then 7 padding rows; case() asserts
     # the float64 tolerance and the zero padding rows for each form
     first = emulator.case((exes[0], None), [1, 64, 130], 2, 1, pad=7)
     assert first.shape == (202, 2, 128)
-    for walk, exe in zip(WALKS[1:], exes[1:], strict=True):
+    for (walk, rolled), exe in zip(WALKS[1:], exes[1:], strict=True):
         out = emulator.case((exe, None), [1, 64, 130], 2, 1, pad=7)
-        assert np.array_equal(out, first), f"{walk} differs from {WALKS[0]}"
+        assert np.array_equal(out, first), f"{walk}{' after the rolled prep' if rolled else ''} differs from {WALKS[0]}"
 
 
 @pytest.mark.parametrize("round_weighted", [1, 0])
