@@ -134,8 +134,9 @@ int cs1_gdn_workspace_bytes(int64_t T, int64_t n_seqs, int64_t H, size_t *bytes)
  * h / (H / HK). o: bf16 [T, H, 128] (rows outside every prompt get zeros).
  * Up to 640 rows (T), where the device's shared memory allows (sm_80 and up), the chunk walk writes o itself
  * (three launches); otherwise a separate output kernel does. CS1_GDN_SPLIT_OUT=1 in the environment (read once per
- * device) forces the separate kernel, for tests; both give the same bytes. From 129 to 640 rows on sm_90 the prep
- * kernel also forms the walk's P and query norms (CS1_GDN_P_IN=0: the walk forms them itself; the same bytes). */
+ * device) forces the separate kernel, for tests; both give the same bytes. From 129 (65 for one short prompt) to 640
+ * rows on sm_90 the prep kernel also forms the walk's P and query norms (CS1_GDN_P_IN=0: the walk forms them
+ * itself; the same bytes). */
 int cs1_gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, const int32_t *cu_seqlens,
                     int64_t n_seqs, void *o, void *workspace, size_t workspace_bytes, int64_t T, int64_t H,
                     int64_t HK, float scale, void *stream);

@@ -23,9 +23,10 @@
 //      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
 //   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
-//      writes zeros into the padding rows of o. Above kWalkPInMinRows rows, up to kWalkOutMaxRows (sm_90), also the
-//      walk's P and q norms (kPOut), into the chunk's S0 slot, which the walk that writes O does not use; with at
-//      most one block per SM it solves half the rows in a loop (kRolledSolve, GdnPath::sms).
+//      writes zeros into the padding rows of o. Above kWalkPInMinRows rows (above kC where its grid has at most one
+//      block per SM), up to kWalkOutMaxRows (sm_90), also the walk's P and q norms (kPOut), into the chunk's S0
+//      slot, which the walk that writes O does not use; with at most one block per SM it solves half the rows in a
+//      loop (kRolledSolve, GdnPath::sms).
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
@@ -898,7 +899,8 @@ constexpr int64_t kWalkOutMaxRows = 640;
 // then skips a 64 x 64 x 128 MMA, the q norms and a barrier per chunk, while prep loads q and forms P for every chunk
 // in parallel before any walk starts. Lever 59 (P from prep at every length, prep one kernel) measured +0.025 ms at
 // 128 rows, -0.047 at 160; 59b showed +0.020 of that 128-row cost to be the one-kernel prep's code, not the path
-// (LEVERS 59b / 59c), so P from prep at 2 chunks is untested with prep a template.
+// (LEVERS 59b / 59c). Lever 73c then made prep with P 3 us per layer faster where its grid has at most one block
+// per SM (the rolled solve), so from kC + 1 rows P comes from prep there too (lever 74).
 constexpr int64_t kWalkPInMinRows = 128;
 
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
@@ -1031,10 +1033,11 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
-    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && T > kWalkPInMinRows;
+    const bool rolled_prep = nc * H <= path.sms;  // prep's grid at most one block per SM
+    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && (T > kWalkPInMinRows || (T > kC && rolled_prep));
     const size_t smem = walk_smem(bufs, walk_writes_o, p_in);
     const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
-    if (p_in && nc * H <= path.sms)
+    if (p_in && rolled_prep)
         gdn_prep_mma_kernel<true, true><<<chunk_grid, kThreads, kPrepMmaSmemPX, s>>>(
             x, ld, g, beta, prep_cu, int(n_seqs), int(T), int(H), int(HK), scale, ws, lay, out);
     else if (p_in)

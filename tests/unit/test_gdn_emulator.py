@@ -3,9 +3,9 @@ CUDA thread a std::thread, MMA fragments gathered per warp with the PTX layouts,
 No GPU: this checks the kernels' logic on every CI run, not their speed.
 
 Every form of the walk runs on packed prompts with padding rows: the walk that writes O itself (what the H200 uses
-up to 640 rows, from 129 rows with P and qs from prep) and the walk + separate out kernel (longer calls, smaller
-devices), each with two chunk buffers or one. They must give the same bytes, and each must stay within 2e-2 x
-max|ref| of the float64 recurrence of tests/gpu/test_gdn.py with zero padding rows.
+up to 640 rows, with P and qs from prep from 129 rows, or 65 for one short prompt) and the walk + separate out
+kernel (longer calls, smaller devices), each with two chunk buffers or one. They must give the same bytes, and each
+must stay within 2e-2 x max|ref| of the float64 recurrence of tests/gpu/test_gdn.py with zero padding rows.
 Needs g++ and the CUDA headers (for the bf16 type); skipped, with the reason, where either is missing.
 """
 
