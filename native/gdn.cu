@@ -215,12 +215,15 @@ __device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B
 
 // P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D into a 64 x 64 smem tile of stride kLdL (bf16 MMA: exact products);
 // warp: rows 16 (w % 4).., columns 32 (w / 4)..
+// kPOverK: P overlays K's tile (the out kernel), so the block waits for every warp's reads of K before any store.
+template <bool kPOverK = false>
 __device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const float *qs, const float *rk,
                                         const float *gam, float *P) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     float acc[4][4] = {};
     mma_rows_bf16_16x32(Q, K, m0, n0, acc);
+    if constexpr (kPOverK) __syncthreads();
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -452,10 +455,13 @@ constexpr size_t walk_smem(int bufs, bool out, bool p_in = false) {
            (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
 }
 
+// K is read only to form P, so P takes its place (the same 17 KiB): 67.8 KiB in all, three blocks per SM.
 struct OutSmem {
-    bf16 Q[kC * kLdKb];  // raw q rows
-    bf16 K[kC * kLdKb];  // raw k rows
-    float P[kC * kLdL];  // (Q~ K^T) .* D
+    bf16 Q[kC * kLdKb];  // raw q rows; with the norm, the z rows once Q S0 is done
+    union {
+        bf16 K[kC * kLdKb];  // raw k rows, until P is formed
+        float P[kC * kLdL];  // (Q~ K^T) .* D; with the norm, then O as bf16 rows of stride kLdKb
+    };
     float B[kC * kLdF];  // S0 rows 0..63, then 64..127, then Delta
     float qs[kC];        // scale / |q_i|
     float gam[kC];
@@ -463,6 +469,7 @@ struct OutSmem {
 };
 constexpr size_t kOutMmaSmem = sizeof(OutSmem);
 static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
+static_assert(sizeof(bf16) * kC * kLdKb == sizeof(float) * kC * kLdL, "K and P tiles of one size");
 
 // ---- pieces of the output O = diag(qs e^Gam) Q_raw S0 + P Delta, shared by the walk (kOut) and the out kernel ----
 
@@ -802,7 +809,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     __syncthreads();
     row_inv_norms(sm.Q, scale, sm.qs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
     __syncthreads();
-    chunk_p(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
+    chunk_p<true>(sm.Q, sm.K, sm.qs, sm.rk, sm.gam, sm.P);
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
     float acc[2][4][4] = {};
     const uint16_t *qb = reinterpret_cast<const uint16_t *>(sm.Q);
@@ -837,26 +844,28 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     }
     scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
     scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
-    __syncthreads();  // every read of S0 done (and of the Q and K tiles)
+    __syncthreads();  // every read of S0 done (and of the Q tile)
     cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
-    if constexpr (kNorm)  // the chunk's z rows into the K tile (rows >= len zero)
-        cp_rows_bf16(sm.K, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
+    if constexpr (kNorm)  // the chunk's z rows into the Q tile (rows >= len zero)
+        cp_rows_bf16(sm.Q, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
     mma_p_delta<2, 4>(sm.P, sm.B, kLdF, m0, n0, acc);
     if constexpr (kNorm) {
-        // O as bf16 into the Q tile (no reader left), then each row as gated_rms_norm_vec_kernel<128> treats it:
-        // 16 lanes per row, 8 columns each, two rows per warp
-        stage_o_rows<4>(acc[0], sm.Q, n0, m0);
-        stage_o_rows<4>(acc[1], sm.Q, n0, m0 + 16);
+        // O as bf16 into P's tile once every warp's P Delta is done, then each row as gated_rms_norm_vec_kernel<128>
+        // treats it: 16 lanes per row, 8 columns each, two rows per warp
+        bf16 *ot = sm.K;
+        __syncthreads();
+        stage_o_rows<4>(acc[0], ot, n0, m0);
+        stage_o_rows<4>(acc[1], ot, n0, m0 + 16);
         __syncthreads();
         const int sub = lane & 15;
         float wv[8];
         gated_norm_weights(norm.w, sub, wv);
         for (int i = 2 * warp + (lane >> 4); i < kC; i += 2 * (kThreads / 32)) {  // uniform trip count per warp
-            const Pack8 xp = *reinterpret_cast<const Pack8 *>(sm.Q + i * kLdKb + 8 * sub);
-            const Pack8 zp = *reinterpret_cast<const Pack8 *>(sm.K + i * kLdKb + 8 * sub);
+            const Pack8 xp = *reinterpret_cast<const Pack8 *>(ot + i * kLdKb + 8 * sub);
+            const Pack8 zp = *reinterpret_cast<const Pack8 *>(sm.Q + i * kLdKb + 8 * sub);
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) v[e] = bf2f(xp.v[e]);
@@ -871,7 +880,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+__global__ void __launch_bounds__(kThreads, 3) gdn_out_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                   int n_seqs, int H, int HK, float scale,
                                                                   unsigned char *__restrict__ ws, Layout lay,
                                                                   bf16 *__restrict__ o) {
@@ -879,7 +888,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_out_mma_kernel(const bf16 *__
 }
 
 // The out kernel with the layer's gated RMSNorm applied to its tile: o receives the norm's output rows.
-__global__ void __launch_bounds__(kThreads, 2) gdn_out_norm_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
+__global__ void __launch_bounds__(kThreads, 3) gdn_out_norm_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                        int n_seqs, int H, int HK, float scale,
                                                                        unsigned char *__restrict__ ws, Layout lay,
                                                                        bf16 *__restrict__ o, OutNorm norm) {
@@ -922,6 +931,11 @@ template <class Kernel> int allow_smem(Kernel kernel, size_t bytes) {
     CS1_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     return 0;
 }
+template <class Kernel> int max_carveout(Kernel kernel) {
+    CS1_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+    return 0;
+}
 
 // Opt in to > 48 KiB dynamic shared memory once per device (idempotent, so a race only repeats the call).
 int configure_device(GdnPath *path) {
@@ -949,6 +963,10 @@ int configure_device(GdnPath *path) {
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true, true>, kPrepMmaSmemPX);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
+    // three out blocks per SM need the largest shared-memory carveout (3 x 68.8 KiB; the L1 keeps the rest); ask
+    // for it rather than rely on the driver's pick
+    if (st == 0) st = max_carveout(gdn_out_mma_kernel);
+    if (st == 0) st = max_carveout(gdn_out_norm_mma_kernel);
     if (st == 0)
         st = path->walk_bufs == 2 ? allow_smem(gdn_walk_mma_kernel<2, false>, walk_smem(2, false))
                                   : allow_smem(gdn_walk_mma_kernel<1, false>, walk_smem(1, false));
