@@ -89,6 +89,12 @@ for T in [int(a) for a in sys.argv[1:] if a != "--no-cublas"]:
     lib.cs1_gdn_workspace_bytes(T, 3, H, wsb)
     ws, go = empty(int(wsb[0])), empty(T * H * 128 * 2)
     lib.cs1_gdn_prefill(conv, conv_dim, g, beta, d_cu, 3, go, ws, int(wsb[0]), T, H, HK, 128 ** -0.5, stream)
+    # one prompt over all T rows too: up to 192 rows prep's grid then fits one wave (the rolled prep, GdnPath::sms),
+    # which three packed prompts never reach
+    ws1b = ffi.new("size_t *")
+    lib.cs1_gdn_workspace_bytes(T, 1, H, ws1b)
+    lib.cs1_gdn_prefill(conv, conv_dim, g, beta, i32(up(np.array([0, T], np.int32))), 1, go, empty(int(ws1b[0])),
+                        int(ws1b[0]), T, H, HK, 128 ** -0.5, stream)
     ln = empty(T * H * 128 * 2)
     lib.cs1_gated_rms_norm(go, ffi.cast("char *", proj) + 2 * conv_dim, ld_g,
                            f32(up(np.ones(128, np.float32))), 1, ln, T, H, 128, 1e-6, stream)
