@@ -11,8 +11,8 @@
 #             (BPARITY_LENGTHS; for a change of any kernel meant to keep every byte, e.g. attention)
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
-#   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py at MEMCHECK_LENGTHS (default 640 1024 4096) on
-#             the new build (each length also runs one prompt over all its rows: 65-192 give the rolled prep)
+#   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py at MEMCHECK_LENGTHS (default 160 640 1024
+#             4096) on the new build (each length also runs one prompt over all its rows: 160 gives the rolled prep)
 #   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
 #             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
@@ -133,7 +133,7 @@ step split && say "test_gdn (CS1_GDN_SPLIT_OUT=1): $(tail -n1 "$W/test_gdn_split
 if step memcheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
   CS1_LIBRARY=$NEW timeout 120 "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
-    python3 scripts/sanitize_driver.py ${MEMCHECK_LENGTHS:-640 1024 4096} >"$W/sanitizer.log" 2>&1
+    python3 scripts/sanitize_driver.py ${MEMCHECK_LENGTHS:-160 640 1024 4096} >"$W/sanitizer.log" 2>&1
   say "memcheck rc=$? $(grep -oE "ERROR SUMMARY: [0-9]+ error" "$W/sanitizer.log" | tail -n1)"
 fi
 if step racecheck; then

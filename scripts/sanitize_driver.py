@@ -1,4 +1,5 @@
-"""Drive every kernel once per size under compute-sanitizer (4B head shapes, three packed prompts per batch).
+"""Drive every kernel once per size under compute-sanitizer (4B head shapes, three packed prompts per batch; the GDN
+prefill also with one prompt over all rows).
 
     compute-sanitizer --tool memcheck python3 scripts/sanitize_driver.py 640 1024 4096
     compute-sanitizer --tool racecheck --kernel-name kns=gdn_ python3 scripts/sanitize_driver.py --no-cublas 160 1024
