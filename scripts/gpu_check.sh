@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The one GPU check (H200): build, ABI + kernel tests, compute-sanitizer memcheck of attention and GDN, whole-model
-# parity, and the HTTP contract suite on the CUDA backend.
+# The one GPU check (H200): build, ABI + kernel tests, compute-sanitizer memcheck of attention and GDN, racecheck of
+# the GDN kernels, whole-model parity, and the HTTP contract suite on the CUDA backend.
 # Run from anywhere:  OUT=<log folder> scripts/gpu_check.sh   (default OUT: ./gpu_check_out)
 # Writes $OUT/summary.txt and $OUT/logs.tar.xz (env.txt, build.log, pytest_<step>.log, junit_<step>.xml,
-# sanitizer.log, summary.txt): two files, since the device tool brings back at most 8.
+# sanitizer.log, racecheck.log, summary.txt): two files, since the device tool brings back at most 8.
 # Budget: < 9.5 minutes in all (each step has its own time limit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -108,18 +108,30 @@ if [ $build_ok = 1 ]; then
   pytest_record gdn_split "$side_limit" "$side_s"
 fi
 
-# ---- compute-sanitizer memcheck: attention and GDN (and the other ops) at 640 / 1024 / 4096 rows
+# ---- compute-sanitizer memcheck: attention and GDN (and the other ops) at 160 / 640 / 1024 / 4096 rows (160: the GDN
+# prefill's one-prompt call runs the rolled prep), then racecheck of the GDN kernels' shared memory at 160 / 1024
+# (without the cuBLAS GEMM, on which racecheck stops with an internal error)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ $build_ok = 1 ] && [ -x "$SAN" ]; then
   s=$(elapsed)
-  timeout "$(limit 150 60)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
-    python3 scripts/sanitize_driver.py 640 1024 4096 >"$OUT/sanitizer.log" 2>&1
+  timeout "$(limit 150 90)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+    python3 scripts/sanitize_driver.py 160 640 1024 4096 >"$OUT/sanitizer.log" 2>&1
   rc=$?
   errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT/sanitizer.log" | tail -n1)
   status=$([ $rc = 0 ] && echo ok || echo FAILED)
   [ $rc = 124 ] && errs="TIMEOUT; $errs"
-  record "memcheck 640/1024/4096" "$status" $(( $(elapsed) - s )) "${errs:-no summary (rc $rc), see sanitizer.log}"
+  record "memcheck 160-4096" "$status" $(( $(elapsed) - s )) "${errs:-no summary (rc $rc), see sanitizer.log}"
   [ $rc = 0 ] || tail -n 30 "$OUT/sanitizer.log"
+  s=$(elapsed)
+  timeout "$(limit 90 60)" "$SAN" --tool racecheck --kernel-name kns=gdn_ --error-exitcode 86 --print-limit 20 \
+    python3 scripts/sanitize_driver.py --no-cublas 160 1024 >"$OUT/racecheck.log" 2>&1
+  rc=$?
+  errs=$(grep -oE "RACECHECK SUMMARY: .*" "$OUT/racecheck.log" | tail -n1)
+  ran=$(grep -c "all kernels ran" "$OUT/racecheck.log")
+  status=$([ $rc = 0 ] && [ "$ran" = 2 ] && echo ok || echo FAILED)
+  [ $rc = 124 ] && errs="TIMEOUT; $errs"
+  record "racecheck gdn 160/1024" "$status" $(( $(elapsed) - s )) "${errs:-no summary (rc $rc)}; sizes run: $ran of 2"
+  [ "$status" = ok ] || tail -n 30 "$OUT/racecheck.log"
 else
   record memcheck skipped 0 "no build or no compute-sanitizer ($SAN)"
 fi
