@@ -916,8 +916,9 @@ constexpr int64_t kWalkPInMinRows = 128;
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
 // sms: the device's SM count. Prep with P solves rows 32-63 in a loop (kRolledSolve) when its grid has at most one
-// block per SM: one prompt of 144-192 rows (4 chunk slots x 32 heads = 128 blocks) ran 0.07 ms faster per forward,
-// with the loop up to 256 rows 224 and 256 (160 and 192 blocks) 0.15 ms slower (LEVERS 73c). The same bytes.
+// block per SM (on the H200 one prompt of 65-192 rows since lever 74): 144-192 rows (4 chunk slots x 32 heads = 128
+// blocks) ran 0.07 ms faster per forward, with the loop up to 256 rows 224 and 256 (160 and 192 blocks) 0.15 ms
+// slower (LEVERS 73c). The same bytes.
 // In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
 // of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {

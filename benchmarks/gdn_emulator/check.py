@@ -17,7 +17,7 @@ has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the s
 "gdn_walk_mma_kernel<2, true, true>" the walk that takes P and qs from prep, prep then making them; trees before
 lever 70 spell it "gdn_walk_mma_kernel<2, true, false, true>").
 --prep-rolled (with that walk) runs prep with the solve's rows 32-63 as a loop (gdn_prep_mma_kernel<true, true>,
-lever 73c), as the GPU does above 128 rows when prep's grid has at most one block per SM.
+lever 73c), as the GPU does above 64 rows (lever 74) when prep's grid has at most one block per SM.
 --norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)
 against the norm kernel's row code (gated_norm.cuh) run on the out kernel's own O: the same bytes on prompt rows.
 Several minutes on a 2-core machine.
