@@ -455,19 +455,24 @@ constexpr size_t walk_smem(int bufs, bool out, bool p_in = false) {
            (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
 }
 
-// K is read only to form P, so P takes its place (the same 17 KiB): 67.8 KiB in all, three blocks per SM.
+// fp32 row stride of the out kernel's B tile (S0, then Delta), read as MMA B fragments B[k0 + t][n0 + g]: 136 = 8
+// (mod 32) puts lane (g, t) on bank 8t + g, conflict-free (kLdF = 4 (mod 32) gave 4t + g: banks 4-15 took two lanes
+// each, so every B load two wavefronts; lever 77).
+constexpr int kLdOutB = 136;
+// K is read only to form P, so P takes its place (the same 17 KiB): 68.8 KiB in all, three blocks per SM.
 struct OutSmem {
     bf16 Q[kC * kLdKb];  // raw q rows; with the norm, the z rows once Q S0 is done
     union {
         bf16 K[kC * kLdKb];  // raw k rows, until P is formed
         float P[kC * kLdL];  // (Q~ K^T) .* D; with the norm, then O as bf16 rows of stride kLdKb
     };
-    float B[kC * kLdF];  // S0 rows 0..63, then 64..127, then Delta
-    float qs[kC];        // scale / |q_i|
+    float B[kC * kLdOutB];  // S0 rows 0..63, then 64..127, then Delta
+    float qs[kC];           // scale / |q_i|
     float gam[kC];
     float rk[kC];
 };
 constexpr size_t kOutMmaSmem = sizeof(OutSmem);
+static_assert(3 * (kOutMmaSmem + 1024) <= 228 * 1024, "three out blocks per SM on sm_90 (228 KiB per SM)");
 static_assert(sizeof(OutSmem) % 16 == 0, "OutSmem keeps 16-byte alignment");
 static_assert(sizeof(bf16) * kC * kLdKb == sizeof(float) * kC * kLdL, "K and P tiles of one size");
 
@@ -798,7 +803,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
     cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
     cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
-    cp_rows_f32(sm.B, kLdF, s0, kD);
+    cp_rows_f32(sm.B, kLdOutB, s0, kD);
     if (tid < kC / 4)
         cp_async16(sm.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
     else if (tid < kC / 2)
@@ -816,7 +821,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (1-term: q is exact, S0 rounded)
         if (half == 1) {
             __syncthreads();  // every read of S0 rows 0..63 done
-            cp_rows_f32(sm.B, kLdF, s0 + kC * kD, kD);
+            cp_rows_f32(sm.B, kLdOutB, s0 + kC * kD, kD);
             cp_async_commit();
             cp_async_wait_all();
         }
@@ -835,8 +840,8 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const uint32_t b[2] = {tf32_rna_bits(sm.B[(k0 + t) * kLdF + n0 + 8 * j + g]),
-                                       tf32_rna_bits(sm.B[(k0 + t + 4) * kLdF + n0 + 8 * j + g])};
+                const uint32_t b[2] = {tf32_rna_bits(sm.B[(k0 + t) * kLdOutB + n0 + 8 * j + g]),
+                                       tf32_rna_bits(sm.B[(k0 + t + 4) * kLdOutB + n0 + 8 * j + g])};
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi) mma_tf32(acc[mi][j], a[mi], b);
             }
@@ -845,13 +850,13 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
     scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
     __syncthreads();  // every read of S0 done (and of the Q tile)
-    cp_rows_f32(sm.B, kLdF, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
+    cp_rows_f32(sm.B, kLdOutB, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD, kD);
     if constexpr (kNorm)  // the chunk's z rows into the Q tile (rows >= len zero)
         cp_rows_bf16(sm.Q, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-    mma_p_delta<2, 4>(sm.P, sm.B, kLdF, m0, n0, acc);
+    mma_p_delta<2, 4>(sm.P, sm.B, kLdOutB, m0, n0, acc);
     if constexpr (kNorm) {
         // O as bf16 into P's tile once every warp's P Delta is done, then each row as gated_rms_norm_vec_kernel<128>
         // treats it: 16 lanes per row, 8 columns each, two rows per warp
@@ -964,8 +969,8 @@ int configure_device(GdnPath *path) {
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true, true>, kPrepMmaSmemPX);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
-    // three out blocks per SM need the largest shared-memory carveout (3 x 68.8 KiB; the L1 keeps the rest); ask
-    // for it rather than rely on the driver's pick
+    // three out blocks per SM need the largest shared-memory carveout (3 x 69.8 KiB with the 1 KiB the driver
+    // reserves per block; the L1 keeps the rest); ask for it rather than rely on the driver's pick
     if (st == 0) st = max_carveout(gdn_out_mma_kernel);
     if (st == 0) st = max_carveout(gdn_out_norm_mma_kernel);
     if (st == 0)
