@@ -114,7 +114,9 @@ fi
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ $build_ok = 1 ] && [ -x "$SAN" ]; then
   s=$(elapsed)
-  timeout "$(limit 150 90)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
+  # reserves: racecheck ~35 s for its two sizes, the contract suite ~25 s (session 29: a budget lowered to 500 s left
+  # racecheck the 30 s floor and it stopped after 160 rows)
+  timeout "$(limit 150 100)" "$SAN" --tool memcheck --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py 160 640 1024 4096 >"$OUT/sanitizer.log" 2>&1
   rc=$?
   errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT/sanitizer.log" | tail -n1)
@@ -123,7 +125,7 @@ if [ $build_ok = 1 ] && [ -x "$SAN" ]; then
   record "memcheck 160-4096" "$status" $(( $(elapsed) - s )) "${errs:-no summary (rc $rc), see sanitizer.log}"
   [ $rc = 0 ] || tail -n 30 "$OUT/sanitizer.log"
   s=$(elapsed)
-  timeout "$(limit 90 60)" "$SAN" --tool racecheck --kernel-name kns=gdn_ --error-exitcode 86 --print-limit 20 \
+  timeout "$(limit 90 40)" "$SAN" --tool racecheck --kernel-name kns=gdn_ --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py --no-cublas 160 1024 >"$OUT/racecheck.log" 2>&1
   rc=$?
   errs=$(grep -oE "RACECHECK SUMMARY: .*" "$OUT/racecheck.log" | tail -n1)
