@@ -135,7 +135,7 @@ if [ $build_ok = 1 ] && [ -x "$SAN" ]; then
   record "racecheck gdn 160/1024" "$status" $(( $(elapsed) - s )) "${errs:-no summary (rc $rc)}; sizes run: $ran of 2"
   [ "$status" = ok ] || tail -n 30 "$OUT/racecheck.log"
 else
-  record memcheck skipped 0 "no build or no compute-sanitizer ($SAN)"
+  record "memcheck, racecheck" skipped 0 "no build or no compute-sanitizer ($SAN)"
 fi
 
 # ---- the HTTP contract suite against real server processes on the CUDA backend (the library is present)
