@@ -208,25 +208,33 @@ __device__ __forceinline__ void row_inv_norms(const bf16 *tile, float num, float
     }
 }
 
+// This lane's row for ldsm_x4 of the A fragment of rows m0..m0+15 (tile rows of ld_bytes bytes): row
+// m0 + l % 8 + 8 ((l / 8) % 2) at 16-byte column l / 16, so that r = {a0, a1, a2, a3}; add the k offset in bytes.
+__device__ __forceinline__ const unsigned char *a_frag_row(const void *tile, int ld_bytes, int m0) {
+    const int lane = threadIdx.x & 31;
+    return static_cast<const unsigned char *>(tile) + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld_bytes +
+           16 * (lane >> 4);
+}
+
 // acc[j] = A[m0..m0+15, :] B[n0+8j..n0+8j+7, :]^T over the 128 columns of two bf16 tiles of stride kLdKb
-// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product.
+// (bf16 MMA: exact products, fp32 sums); a warp's 16 x 32 block of a 64 x 64 product. Fragments by ldsm_x4: A's
+// four registers in one, and B's {b0, b1} of two column groups j, j + 1 in one (lane l: row n0 + 8 (j + l / 16) +
+// l % 8 at 16-byte column (l / 8) % 2); rows of 272 bytes put the 8 rows of each matrix on distinct banks.
 __device__ __forceinline__ void mma_rows_bf16_16x32(const bf16 *A, const bf16 *B, int m0, int n0,
                                                     float acc[4][4]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int kRowBytes = kLdKb * int(sizeof(bf16));
+    const int lane = threadIdx.x & 31;
+    const unsigned char *a_row = a_frag_row(A, kRowBytes, m0);
+    const unsigned char *b_row = reinterpret_cast<const unsigned char *>(B) +
+                                 (n0 + 8 * (lane >> 4) + (lane & 7)) * kRowBytes + 16 * ((lane >> 3) & 1);
 #pragma unroll 2
     for (int k0 = 0; k0 < kD; k0 += 16) {
-        uint32_t a[4];
-        a[0] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 2 * t);
-        a[1] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 2 * t);
-        a[2] = *reinterpret_cast<const uint32_t *>(A + (m0 + g) * kLdKb + k0 + 8 + 2 * t);
-        a[3] = *reinterpret_cast<const uint32_t *>(A + (m0 + g + 8) * kLdKb + k0 + 8 + 2 * t);
+        uint32_t a[4], b[2][4];
+        ldsm_x4(a, a_row + 2 * k0);
+        ldsm_x4(b[0], b_row + 2 * k0);                   // j = 0, 1
+        ldsm_x4(b[1], b_row + 16 * kRowBytes + 2 * k0);  // j = 2, 3
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const bf16 *brow = B + (n0 + 8 * j + g) * kLdKb + k0 + 2 * t;
-            const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(brow),
-                                   *reinterpret_cast<const uint32_t *>(brow + 8)};
-            mma_bf16(acc[j], a, b);
-        }
+        for (int j = 0; j < 4; ++j) mma_bf16(acc[j], a, &b[j >> 1][2 * (j & 1)]);
     }
 }
 
@@ -520,16 +528,16 @@ template <int MI, int NT>
 __device__ __forceinline__ void mma_p_delta(const float *P, const float *B, int ldb, int m0, int n0,
                                             float acc[MI][NT][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int kRowBytes = kLdL * int(sizeof(float));
+    const unsigned char *p_row = a_frag_row(P, kRowBytes, m0);
 #pragma unroll 2
     for (int k0 = 0; k0 < kC; k0 += 8) {
         uint32_t a[MI][4];
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-            const int r = m0 + 16 * mi + g;
-            a[mi][0] = tf32_rna_bits(P[r * kLdL + k0 + t]);
-            a[mi][1] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t]);
-            a[mi][2] = tf32_rna_bits(P[r * kLdL + k0 + t + 4]);
-            a[mi][3] = tf32_rna_bits(P[(r + 8) * kLdL + k0 + t + 4]);
+        for (int mi = 0; mi < MI; ++mi) {  // P's fp32 bits by ldsm_x4, then rounded
+            ldsm_x4(a[mi], p_row + 16 * mi * kRowBytes + 4 * k0);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[mi][e] = tf32_rna_bits(__uint_as_float(a[mi][e]));
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -705,16 +713,13 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         {  // Delta = U - W S and O = Q_raw S (1-term: W's and S's tf32 bits as stored, q exact)
             const uint16_t *qb = nullptr;
             if constexpr (kOut) qb = reinterpret_cast<const uint16_t *>(cur.Q);
-            const uint32_t *wb = reinterpret_cast<const uint32_t *>(cur.W);
+            const unsigned char *w_row = a_frag_row(cur.W, kLdF * int(sizeof(float)), m0);  // W's tf32 bits
             float ws_acc[2][4] = {};
             if (!first)
 #pragma unroll 4
             for (int k0 = 0; k0 < kD; k0 += 8) {
                 uint32_t aw[4], aq[4];
-                aw[0] = wb[(m0 + g) * kLdF + k0 + t];
-                aw[1] = wb[(m0 + g + 8) * kLdF + k0 + t];
-                aw[2] = wb[(m0 + g) * kLdF + k0 + t + 4];
-                aw[3] = wb[(m0 + g + 8) * kLdF + k0 + t + 4];
+                ldsm_x4(aw, w_row + 4 * k0);
                 if constexpr (kOut) {
                     aq[0] = bf16_bits_as_tf32(qb[(m0 + g) * kLdKb + k0 + t]);
                     aq[1] = bf16_bits_as_tf32(qb[(m0 + g + 8) * kLdKb + k0 + t]);

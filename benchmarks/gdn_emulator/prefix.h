@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -92,6 +93,17 @@ template <bool BF16> void emu_mma(float d[4], const uint32_t a[4], const uint32_
         for (int k = 0; k < K; ++k) acc += double(A[rows[e]][k]) * double(B[k][cols[e]]);
         d[e] = float(double(d[e]) + acc);
     }
+}
+// ldmatrix .x4: lane l names row l % 8 of matrix l / 8; r[m] = word (l % 4) of row (l / 4) of matrix m
+namespace emu { const void *xrow[1024]; }
+inline void ldsm_x4(uint32_t r[4], const void *row) {
+    const int tid = emu::tid.x, w = tid / 32, lane = tid & 31;
+    if (reinterpret_cast<uintptr_t>(row) % 16) { std::fprintf(stderr, "ldsm_x4: row not 16-byte aligned\n"); std::abort(); }
+    emu::xrow[tid] = row;
+    emu::warp_bar[w]->arrive_and_wait();
+    for (int m = 0; m < 4; ++m)
+        std::memcpy(&r[m], static_cast<const unsigned char *>(emu::xrow[w * 32 + 8 * m + lane / 4]) + 4 * (lane & 3), 4);
+    emu::warp_bar[w]->arrive_and_wait();
 }
 inline void mma_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma<false>(d, a, b); }
 inline void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma<true>(d, a, b); }
