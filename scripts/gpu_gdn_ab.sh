@@ -21,6 +21,9 @@
 #             build's kernels matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|walk|out)" with 3 launches
 #             gives one layer's prep, walk and, above 640 rows, out kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in
 #             the environment gives per-line source counters
+#   sources   Nsight's per-instruction stall samples (one launch, SourceCounters) of the kernels matching
+#             SOURCE_KERNELS (default gdn_walk) at SOURCE_LENGTHS (default 160 2048), old then new; each read by
+#             benchmarks/sass_stalls.py into the summary (segments between barriers), the pages in logs.tar.xz
 #   inprocess the in-process table of old and new (one run each, the old arm from ab_old/)
 #   inab      the in-process table of old (A) and new (B) in one process, calls alternated (same ABI version only)
 #   inba      the same with the load order reversed (A = new, B = old: new's weights get the first allocations),
@@ -181,6 +184,22 @@ step detail && for L in ${DETAIL_LENGTHS:-128 2048}; do
     --print-details all python3 -m benchmarks.kernel_times --library "$NEW" --lengths "$L" --calls 1 --trials 1 \
     >"$W/ncu-detail-$L.txt" 2>&1
   say "ncu detail T=$L rc=$? ($(grep -c "Section:" "$W/ncu-detail-$L.txt") sections)"
+done
+# where the kernels' warps wait, old against new: per-instruction stall samples, read by phase (sass_stalls.py)
+step sources && for L in ${SOURCE_LENGTHS:-160 2048}; do
+  for arm in old new; do
+    lib=$NEW; [ $arm = old ] && lib=$OLD
+    rep=$W/src-$arm-$L
+    timeout 180 "$NCU" --clock-control none -k regex:"${SOURCE_KERNELS:-gdn_walk}" --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --section LaunchStats -o "$rep" \
+      python3 -m benchmarks.kernel_times --library "$lib" --lengths "$L" --calls 1 --trials 1 >"$rep.log" 2>&1
+    rc=$?
+    "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass 2>>"$rep.log" | xz >"$rep.sass.csv.xz"
+    rm -f "$rep.ncu-rep"
+    python3 -m benchmarks.sass_stalls "$rep.sass.csv.xz" --top 10 >"$rep.txt" 2>&1
+    say "sources $arm T=$L rc=$rc (sass_stalls rc=$?)"
+    sed -n '1,/^  top /p' "$rep.txt" | cut -c1-150 | tee -a "$S"
+  done
 done
 if step inprocess; then
   need_checkpoint
