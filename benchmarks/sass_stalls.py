@@ -73,6 +73,9 @@ def read(path: str) -> list[Kernel]:
             header = None
         elif row[0] == "Address":
             header = row
+            missing = [c for c in ("Source", SAMPLES, EXECUTED) if c not in header]
+            if missing:
+                raise SystemExit(f"{path}: no {', '.join(missing)} column (profile with the SourceCounters section)")
         elif header is not None and kernels and len(row) >= len(header):
             col = dict(zip(header, row[:len(header)], strict=True))
             stalls = {h[len("stall_"):]: _int(col[h]) for h in header

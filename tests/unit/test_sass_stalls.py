@@ -73,6 +73,10 @@ def test_a_file_without_instruction_rows_is_refused(tmp_path):
     f.write_text('"==PROF== Disconnected"\n')
     with pytest.raises(SystemExit, match="no per-instruction rows"):
         sass_stalls.read(str(f))
+    h = tmp_path / "nosamples.csv"
+    h.write_text(page([("walk", LISTING)]).replace("Warp Stall Sampling (All Samples)", "Other"))
+    with pytest.raises(SystemExit, match="no Warp Stall Sampling"):
+        sass_stalls.read(str(h))
     g = tmp_path / "k.sass.csv"
     g.write_text(page([("walk", LISTING)]))
     with pytest.raises(SystemExit, match="no kernel"):
