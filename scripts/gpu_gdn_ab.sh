@@ -190,7 +190,7 @@ step sources && for L in ${SOURCE_LENGTHS:-160 2048}; do
   for arm in old new; do
     lib=$NEW; [ $arm = old ] && lib=$OLD
     rep=$W/src-$arm-$L
-    timeout 180 "$NCU" --clock-control none -k regex:"${SOURCE_KERNELS:-gdn_walk}" --launch-count 1 \
+    arm_run $arm timeout 180 "$NCU" --clock-control none -k regex:"${SOURCE_KERNELS:-gdn_walk}" --launch-count 1 \
       --section SourceCounters --section WarpStateStats --section LaunchStats -o "$rep" \
       python3 -m benchmarks.kernel_times --library "$lib" --lengths "$L" --calls 1 --trials 1 >"$rep.log" 2>&1
     rc=$?
