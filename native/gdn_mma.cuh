@@ -11,6 +11,9 @@
 #pragma once
 
 #include <stdint.h>
+#ifndef GDN_MMA_EMULATED
+#include "smem_async.cuh"
+#endif
 
 // a bf16 value as tf32 bits: exact (tf32 keeps 10 mantissa bits, bf16 has 7)
 __device__ __forceinline__ uint32_t bf16_bits_as_tf32(uint16_t b) { return uint32_t(b) << 16; }
@@ -53,11 +56,8 @@ __device__ __forceinline__ float4 lds128(const float *p) {
 // matrix l / 8 (16-byte aligned), and gets in r[m] the 4-byte word t of row g of matrix m. Rows [m0 + 8 (m & 1)] at
 // 16-byte column m / 2 of a bf16 or fp32 tile give the bf16 m16n8k16 or tf32 m16n8k8 A fragment (see above): one
 // load where four 4-byte loads were, the same bits.
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *row) {
-    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
+    cs1_async::ldmatrix_x4(r, cs1_async::smem_u32(row));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
