@@ -596,6 +596,24 @@ __device__ __forceinline__ void tf32_fragment(const uint32_t *tile, int at, uint
     b[1] = tile[at + 4 * kLdSl];
 }
 
+// The state slab entering a chunk (st: warp w's rows 16w.., C fragments of columns 8j..) into the walk's B operand
+// sS as tf32 bits and, for the out kernel (kOut = false), as fp32 into the chunk's S0 slot s0.
+template <bool kOut>
+__device__ __forceinline__ void put_state(const float st[4][4], uint32_t *sS, float *s0) {
+    const int lane = threadIdx.x & 31, r = 16 * (threadIdx.x >> 5) + (lane >> 2), t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = 8 * j + 2 * t;
+        const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
+        put_tf32x2(sS, r * kLdSl + col, lo.x, lo.y);
+        put_tf32x2(sS, (r + 8) * kLdSl + col, hi.x, hi.y);
+        if constexpr (!kOut) {
+            *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
+            *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
+        }
+    }
+}
+
 template <bool kOut, bool kPIn = false>
 __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, const bf16 *rows, int64_t ld, int hk, int HK,
                                               int len, const unsigned char *ws, const Layout &lay, size_t slot,
@@ -673,36 +691,27 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     float st[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+    float *const s0_slots = reinterpret_cast<float *>(ws + lay.s0) + v0;  // kOut = false: slot b at b * kD * kD
+    // S entering each chunk is stored by the chunk before it (below, after its update), so the barrier at the top of
+    // the loop, which waits for the chunk's copies anyway, also publishes sS
+    put_state<kOut>(st, sS, s0_slots + (size_t(c_begin) * H + h) * kD * kD);
 
     for (int c = c_begin; c < c_end; ++c) {
         const size_t slot = size_t(c) * H + h;
         Buf &cur = buf[(c - c_begin) % kBufs];  // kPIn writes Delta over its U
         const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
         cp_async_wait_all();
-        __syncthreads();  // this chunk's buffer landed; every read of the other buffer, sS, sDf, sD, sP is done
+        __syncthreads();  // this chunk's buffer and sS landed; every read of the other buffer, sDf, sD, sP is done
         const int row1 = row0 + kC;
         if (kBufs == 2 && c + 1 < c_end)
             walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
                                       min(kC, row_end - row1), ws, lay, slot + H, v0);
         const float *const qs = chunk_qs_of(cur, sQs), *const p_tile = chunk_p_of(cur, sP);
         float *const delta = kPIn ? cur.U : sD;  // written by the thread that reads U at that element
-        if constexpr (kOut && !kPIn) row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
-        {  // S0 of this chunk: to smem (B operand below) and, for the out kernel, to the workspace
-            float *s0 = reinterpret_cast<float *>(ws + lay.s0) + slot * kD * kD + v0;
-            const int r = 16 * warp + g;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int col = 8 * j + 2 * t;
-                const float2 lo = make_float2(st[j][0], st[j][1]), hi = make_float2(st[j][2], st[j][3]);
-                put_tf32x2(sS, r * kLdSl + col, lo.x, lo.y);
-                put_tf32x2(sS, (r + 8) * kLdSl + col, hi.x, hi.y);
-                if constexpr (!kOut) {
-                    *reinterpret_cast<float2 *>(s0 + r * kD + col) = lo;
-                    *reinterpret_cast<float2 *>(s0 + (r + 8) * kD + col) = hi;
-                }
-            }
+        if constexpr (kOut && !kPIn) {
+            row_inv_norms(cur.Q, scale, sQs);  // qs_i = scale / sqrt(|q_i|^2 + eps)
+            __syncthreads();                   // every row's qs, before chunk_p reads them
         }
-        __syncthreads();
         const float gam_last = cur.gam[kC - 1];
         // S = 0 entering a prompt's first chunk, so W S and Q_raw S are exact zeros there and their MMAs are skipped;
         // the state leaving the last chunk is never read, so its update is skipped (the same bytes either way)
@@ -777,6 +786,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
             for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[j][e] = fmaf(e_last, st[j][e], upd[j][e]);
+            // every read of sS (the Delta loop) is behind the barrier above; the next chunk reads it after its top one
+            put_state<kOut>(st, sS, s0_slots + (slot + H) * kD * kD);
         }
         if constexpr (kOut) {  // O = diag(qs e^Gam) (Q_raw S0) + P Delta, this warp's 16 x 16 block of the slab
             scale_q_rows<2>(oacc, qs, cur.gam, m0);
