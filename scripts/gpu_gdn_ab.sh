@@ -39,7 +39,7 @@
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
 #   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] [EXTRA_TESTS="tests/gpu/..."] scripts/gpu_gdn_ab.sh
 # Two stacked levers in one call: ab_mid/ (optional, carried like ab_old/: old + the first lever; the working tree is
-# old + both) becomes a third build; inab then alternates A = old, B = mid, C = new in one process (C's rows also
+# old + both; with MID_DESCRIBE set) becomes a third build; inab then alternates A = old, B = mid, C = new in one process (C's rows also
 # give C - B: the second lever alone) and http runs the three servers (MID_DESCRIBE names it). The test steps run on
 # the new build only.
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
@@ -76,7 +76,12 @@ arm_run() {  # arm_run old|new command...: the command in the arm's own checkout
 NEW=$PWD/target/libqwen3_5_cuda.so
 OLD=$PWD/ab_old/target/libqwen3_5_cuda.so
 MID=""
-[ -d ab_mid ] && MID=$PWD/ab_mid/target/libqwen3_5_cuda.so
+# ab_mid/ only with MID_DESCRIBE: a warm machine keeps the ignored ab_mid/ of an earlier call (LEVERS 82's second call)
+if [ -d ab_mid ] && [ -n "${MID_DESCRIBE:-}" ]; then
+  MID=$PWD/ab_mid/target/libqwen3_5_cuda.so
+elif [ -d ab_mid ]; then
+  say "ab_mid/ is here but MID_DESCRIBE is not set: ignored (two arms, old and new)"
+fi
 ./build.sh target 90 >"$W/build_new.log" 2>&1 &
 (cd ab_old && CS1_GIT_DESCRIBE="${OLD_DESCRIBE:-old}" ./build.sh target 90) >"$W/build_old.log" 2>&1 &
 [ -n "$MID" ] && (cd ab_mid && CS1_GIT_DESCRIBE="${MID_DESCRIBE:-mid}" ./build.sh target 90) >"$W/build_mid.log" 2>&1 &
