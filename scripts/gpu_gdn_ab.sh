@@ -16,7 +16,7 @@
 #   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
 #             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
-#   ncu       Nsight Compute durations of every GDN kernel, old and new, at LENGTHS
+#   ncu       Nsight Compute durations of every GDN kernel, old and new (and mid with ab_mid/), at LENGTHS
 #   detail    the full Nsight sections (stall reasons included) of the first DETAIL_LAUNCHES (2) launches of the new
 #             build's kernels matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|walk|out)" with 3 launches
 #             gives one layer's prep, walk and, above 640 rows, out kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in
@@ -160,8 +160,8 @@ step kt && for i in $(seq 1 "$ROUNDS"); do
   done
 done
 NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
-step ncu && for arm in old new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
-  lib=$NEW; [ $arm = old ] && lib=$OLD
+step ncu && for arm in old ${MID:+mid} new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
+  lib=$NEW; [ $arm = old ] && lib=$OLD; [ $arm = mid ] && lib=$MID
   arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
     --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
