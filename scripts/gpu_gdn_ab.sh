@@ -39,9 +39,9 @@
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [OLD_DESCRIBE=<commit>] [STEPS="..."] [ROUNDS=2] [LENGTHS=128,512,2048]
 #   [HTTP_ROUNDS=4] [INPROCESS_LENGTHS=128,512] [INAB_REPEAT=40] [EXTRA_TESTS="tests/gpu/..."] scripts/gpu_gdn_ab.sh
 # Two stacked levers in one call: ab_mid/ (optional, carried like ab_old/: old + the first lever; the working tree is
-# old + both; with MID_DESCRIBE set) becomes a third build; inab then alternates A = old, B = mid, C = new in one process (C's rows also
-# give C - B: the second lever alone) and http runs the three servers (MID_DESCRIBE names it). The test steps run on
-# the new build only.
+# old + both), with MID_DESCRIBE set, becomes a third build; inab then alternates A = old, B = mid, C = new in one
+# process (C's rows also give C - B: the second lever alone), ncu times all three, and http runs the three servers
+# (MID_DESCRIBE names it). The test steps run on the new build only.
 # Default STEPS: "parity tests split memcheck kt ncu detail inprocess". Writes $OUT/summary.txt,
 # $OUT/kt-{old,new}-<i>.json, $OUT/inprocess-{old,new}.json, $OUT/ab.txt and $OUT/logs.tar.xz (every log, the HTTP
 # runs included). Each step has its own timeout, and a failed step does not stop the later ones.
