@@ -28,7 +28,8 @@
 //      slot, which the walk that writes O does not use; with at most one block per SM it solves half the rows in a
 //      loop (kRolledSolve, GdnPath::sms).
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
-//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes. It
+//      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes (its W
+//      by one TMA copy on sm_90). It
 //      writes its slab of O for each chunk from the entry state S0 and Delta it holds (kOut), with P and the q norms
 //      from prep where prep made them (kPIn), else forming them on its chain.
 //   4. gdn_out_mma_kernel  (chunk, head), only without kOut: the walk then writes each chunk's S0 and Delta (over
@@ -40,13 +41,15 @@
 // slot index b = chunk * H + head:
 //   seq_start int32 [n_seqs + 1]   sanitised cu_seqlens (clamped to [0, T], non-decreasing)
 //   chunk_off int32 [n_seqs + 1]   first chunk of each prompt; chunk_off[n_seqs] = number of chunks
-//   U/Delta   f32 [NC * H, 64, 128] U from prep (without kOut overwritten in place by Delta in the walk)
-//   W         f32 [NC * H, 64, 128]
+//   U/Delta   f32 [NC * H, 64, 132] U from prep (without kOut overwritten in place by Delta in the walk); each row
+//                                   128 values and 4 unused (kLdUW), as W's
+//   W         f32 [NC * H, 64, 132] rows at the stride of the walk's W tile, so that one TMA copy moves a chunk's W
+//                                   on sm_90 (the 4 unused floats of a row land in the tile's padding, never read)
 //   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut.
 //                                    With kPIn the same slot holds prep's P [64][64] and then qs [64] instead
 //   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
 //   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
-// = 131,584 B per chunk slot and value head (4.02 MiB per 64 tokens for H = 32), plus the two index arrays.
+// = 133,632 B per chunk slot and value head (4.08 MiB per 64 tokens for H = 32), plus the two index arrays.
 #include <atomic>
 #include <type_traits>
 
@@ -59,6 +62,7 @@ namespace {
 constexpr int kC = 64;         // chunk rows
 constexpr int kD = 128;        // d_k = d_v
 constexpr int kLdF = 132;      // fp32 smem row stride of 64x128 tiles (16-byte rows; MMA fragments conflict-free)
+constexpr int kLdUW = kLdF;    // fp32 row stride of U / Delta and W in the workspace: W's rows as the walk keeps them
 constexpr int kLdL = 68;       // fp32 smem row stride of 64x64 tiles
 constexpr int kSlab = 32;      // value columns per walk block
 constexpr int kThreads = 256;  // prep / walk / out blocks
@@ -75,8 +79,8 @@ struct Layout {
         size_t at = 0;
         seq_start = at; at = align256(at + size_t(n_seqs + 1) * 4);
         chunk_off = at; at = align256(at + size_t(n_seqs + 1) * 4);
-        u = at;         at = align256(at + slots * kC * kD * 4);
-        w = at;         at = align256(at + slots * kC * kD * 4);
+        u = at;         at = align256(at + slots * kC * kLdUW * 4);
+        w = at;         at = align256(at + slots * kC * kLdUW * 4);
         s0 = at;        at = align256(at + slots * kD * kD * 4);
         gam = at;       at = align256(at + slots * kC * 4);
         rk = at;        at = align256(at + slots * kC * 4);
@@ -182,16 +186,16 @@ __device__ __forceinline__ void cp_rows_bf16(bf16 *dst, const bf16 *src, int64_t
     }
 }
 
-// 64 rows x kCols fp32 (row stride 128) -> smem tile of stride lds.
-template <int kCols>
+// 64 rows x kCols fp32 (row stride kLdSrc) -> smem tile of stride lds.
+template <int kCols, int kLdSrc>
 __device__ __forceinline__ void cp_rows_f32(float *dst, int lds, const float *src) {
     constexpr int kPerRow = kCols / 4, kRowStep = kThreads / kPerRow;
     static_assert(kThreads % kPerRow == 0 && kC % kRowStep == 0, "whole rows per pass");
     const int i0 = threadIdx.x / kPerRow, c4 = (threadIdx.x % kPerRow) * 4;
     float *d = dst + i0 * lds + c4;
-    const float *s = src + i0 * kD + c4;  // each pass at a constant offset from here
+    const float *s = src + i0 * kLdSrc + c4;  // each pass at a constant offset from here
 #pragma unroll
-    for (int p = 0; p < kC / kRowStep; ++p) cp_async16(d + p * kRowStep * lds, s + p * kRowStep * kD, true);
+    for (int p = 0; p < kC / kRowStep; ++p) cp_async16(d + p * kRowStep * lds, s + p * kRowStep * kLdSrc, true);
 }
 
 // out[i] = num / sqrt(|row_i|^2 + eps) for the 64 bf16 rows of a tile of stride kLdKb; one warp per row.
@@ -392,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     const bool is_w = tid >= kD;
     const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
     const float *coef = is_w ? sm.cw : sm.beta;
-    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kD + col;
+    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kLdUW + col;
     // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk then
     // takes as is; U stays fp32. is_w is uniform in each warp (warps 0-3 U, 4-7 W).
     constexpr int kHalf = kC / 2;
@@ -410,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
             if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
         }
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        dst[i * kD] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
+        dst[i * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
     }
     if constexpr (kRolledSolve) {  // rows 32-63: the loop
         float *xs = sm.X + tid * kLdX;  // x_(kHalf + r) at xs[r]
@@ -435,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
             }
             const float xi = (acc[0] + acc[1]) + (acc[2] + acc[3]);
             xs[i - kHalf] = xi;
-            dst[i * kD] = is_w ? __uint_as_float(tf32_rna_bits(xi) & 0xffffe000u) : xi;
+            dst[i * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(xi) & 0xffffe000u) : xi;
         }
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
@@ -476,10 +480,12 @@ static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0 && sizeo
 // P and qs. Without kOut: 151 KiB with two buffers (sm_80 and up), 90.5 KiB with one (sm_86 / sm_89). With kOut:
 // 212.25 KiB with two (sm_90 and up), 134.75 KiB with one (sm_80).
 // p_in (with kOut): P and qs in each chunk buffer, and Delta over U in it: 219.5 KiB with two buffers (sm_90).
+// Each also 8 B per buffer for its mbarrier (W by TMA on sm_90; unused below).
 constexpr size_t walk_smem(int bufs, bool out, bool p_in = false) {
     return bufs * (p_in ? sizeof(WalkPInBuf) : out ? sizeof(WalkOutBuf) : sizeof(WalkBuf)) +
            (kD * kLdSl + kC * kLdSl) * sizeof(float) +
-           (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0);
+           (out && !p_in ? (kC * kLdSl + kC * kLdL + kC) * sizeof(float) : 0) +
+           bufs * sizeof(uint64_t);  // one mbarrier per buffer (its W by TMA, sm_90)
 }
 
 // fp32 row stride of the out kernel's B tile (S0, then Delta), read as MMA B fragments B[k0 + t][n0 + g]: 136 = 8
@@ -614,14 +620,33 @@ __device__ __forceinline__ void put_state(const float st[4][4], uint32_t *sS, fl
     }
 }
 
+// sm_90: the walk's W (33 KB per chunk, 8 of a thread's 14 cp.async) arrives by one TMA copy, issued by thread 0 and
+// counted as bytes on the buffer's mbarrier (`bar`), off the load-store path of every thread: as LDGSTS the copies took
+// ~10 shared-memory wavefronts per 512 bytes against the 4 of whole rows (LEVERS 84; 83's one TMA copy per row was
+// serial in one warp and 2.4x slower). The walk never writes into a W tile, so no generic store meets the async proxy.
+#if (defined(GDN_MMA_EMULATED) && !defined(GDN_EMULATED_NO_TMA)) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+constexpr bool kWalkTmaW = true;  // the emulator's --no-tma checks the cp.async form the smaller devices run
+#else
+constexpr bool kWalkTmaW = false;
+#endif
+static_assert(kLdUW == kLdF && sizeof(WalkBuf::W) % 16 == 0, "W's workspace rows are the walk tile's rows");
+
 template <bool kOut, bool kPIn = false>
-__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, const bf16 *rows, int64_t ld, int hk, int HK,
-                                              int len, const unsigned char *ws, const Layout &lay, size_t slot,
-                                              int v0) {
-    cp_rows_f32<kD>(b.W, kLdF, reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kD);
+__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, uint64_t *bar, const bf16 *rows, int64_t ld,
+                                              int hk, int HK, int len, const unsigned char *ws, const Layout &lay,
+                                              size_t slot, int v0) {
+    const float *w = reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kLdUW;
+    if constexpr (kWalkTmaW) {
+        if (threadIdx.x == 0) {
+            bar_expect_bytes(bar, sizeof(b.W));
+            bulk_copy(b.W, w, sizeof(b.W), bar);
+        }
+    } else {
+        cp_rows_f32<kD, kLdUW>(b.W, kLdF, w);
+    }
     cp_rows_bf16(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
     if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
-    cp_rows_f32<kSlab>(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD + v0);
+    cp_rows_f32<kSlab, kLdUW>(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kLdUW + v0);
     const int tid = threadIdx.x;
     if constexpr (kPIn) {  // prep's P [64][64] and qs [64] from the chunk's S0 slot
         const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
@@ -654,7 +679,7 @@ template <class Buf> __device__ __forceinline__ float *chunk_p_of(Buf &b, float 
 //                              rounded by prep, S by the walk)
 //   S = e^{Gam_63} S + K_raw^T (diag(f) Delta),  f_i = e^{Gam_63 - Gam_i} / |k_i|   (K = 64; 1-term, A exact)
 // while the next chunk's W, k (and q), U, Gam, 1/|k| arrive by cp.async into the other buffer (kBufs = 2; with
-// one buffer they load after the chunk).
+// one buffer they load after the chunk); W by one TMA copy on sm_90 (kWalkTmaW).
 // kOut = false: S0 and Delta go to the workspace for gdn_out_mma_kernel. kOut = true: the block writes its slab of
 // O itself, with the out kernel's operands in the out kernel's order (the same bytes): Q_raw S0 joins the Delta
 // loop (same B fragments), P is formed beside it, and P Delta follows the Delta barrier.
@@ -685,9 +710,16 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
     float *sD = reinterpret_cast<float *>(ops + kNs + kNdf);  // kOut, !kPIn: [64][kLdSl] Delta
     float *sP = sD + kC * kLdSl;                          // kOut, !kPIn: [64][kLdL] P
     float *sQs = sP + kC * kLdL;                          // kOut, !kPIn: [64] scale / |q_i|
+    // last (walk_smem): buffer b's mbarrier, whose phase n is the TMA copy of its n-th W
+    uint64_t *const bars = reinterpret_cast<uint64_t *>(kOut && !kPIn ? sQs + kC : sD);
+    if constexpr (kWalkTmaW) {
+        if (tid == 0)
+            for (int b = 0; b < kBufs; ++b) bar_init(bars + b);
+        __syncthreads();  // the mbarriers exist before any thread waits on one
+    }
 
-    walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin), ws, lay,
-                        size_t(c_begin) * H + h, v0);
+    walk_prefetch<kOut, kPIn>(buf[0], bars, qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin),
+                              ws, lay, size_t(c_begin) * H + h, v0);
     float st[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
@@ -701,11 +733,13 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         Buf &cur = buf[(c - c_begin) % kBufs];  // kPIn writes Delta over its U
         const int row0 = row_begin + (c - c_begin) * kC, len = min(kC, row_end - row0);
         cp_async_wait_all();
+        if constexpr (kWalkTmaW) bar_wait(bars + (c - c_begin) % kBufs, uint32_t((c - c_begin) / kBufs) & 1u);
         __syncthreads();  // this chunk's buffer and sS landed; every read of the other buffer, sDf, sD, sP is done
         const int row1 = row0 + kC;
         if (kBufs == 2 && c + 1 < c_end)
-            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], qkv + int64_t(row1) * ld, ld, hk, HK,
-                                      min(kC, row_end - row1), ws, lay, slot + H, v0);
+            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], bars + (c + 1 - c_begin) % kBufs,
+                                      qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws, lay, slot + H,
+                                      v0);
         const float *const qs = chunk_qs_of(cur, sQs), *const p_tile = chunk_p_of(cur, sP);
         float *const delta = kPIn ? cur.U : sD;  // written by the thread that reads U at that element
         if constexpr (kOut && !kPIn) {
@@ -743,7 +777,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     if constexpr (kOut) mma_tf32(oacc[j], aq, b);
                 }
             }
-            float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kD + v0;
+            float *udelta = reinterpret_cast<float *>(ws + lay.u) + slot * kC * kLdUW + v0;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int i = m0 + g + 8 * half;
@@ -757,7 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
                     if constexpr (kOut)
                         *reinterpret_cast<float2 *>(delta + i * kLdSl + col) = make_float2(d0, d1);
                     else
-                        *reinterpret_cast<float2 *>(udelta + i * kD + col) = make_float2(d0, d1);
+                        *reinterpret_cast<float2 *>(udelta + i * kLdUW + col) = make_float2(d0, d1);
                     put_tf32x2(sDf, i * kLdSl + col, d0 * f, d1 * f);
                 }
             }
@@ -796,8 +830,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
-            walk_prefetch<kOut, kPIn>(buf[0], qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws,
-                                      lay, slot + H, v0);
+            walk_prefetch<kOut, kPIn>(buf[0], bars, qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1),
+                                      ws, lay, slot + H, v0);
         }
     }
 }
@@ -839,7 +873,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     const float *s0 = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
     cp_rows_bf16(sm.Q, rows + int64_t(hk) * kD, ld, ck.len);
     cp_rows_bf16(sm.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, ck.len);
-    cp_rows_f32<kD>(sm.B, kLdOutB, s0);
+    cp_rows_f32<kD, kD>(sm.B, kLdOutB, s0);
     if (tid < kC / 4)
         cp_async16(sm.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
     else if (tid < kC / 2)
@@ -857,7 +891,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     for (int half = 0; half < 2; ++half) {  // Q_raw S0, 64 key rows at a time (1-term: q is exact, S0 rounded)
         if (half == 1) {
             __syncthreads();  // every read of S0 rows 0..63 done
-            cp_rows_f32<kD>(sm.B, kLdOutB, s0 + kC * kD);
+            cp_rows_f32<kD, kD>(sm.B, kLdOutB, s0 + kC * kD);
             cp_async_commit();
             cp_async_wait_all();
         }
@@ -886,7 +920,7 @@ __device__ __forceinline__ void out_chunk(const bf16 *__restrict__ qkv, int64_t 
     scale_q_rows<4>(acc[0], sm.qs, sm.gam, m0);
     scale_q_rows<4>(acc[1], sm.qs, sm.gam, m0 + 16);
     __syncthreads();  // every read of S0 done (and of the Q tile)
-    cp_rows_f32<kD>(sm.B, kLdOutB, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kD);
+    cp_rows_f32<kD, kLdUW>(sm.B, kLdOutB, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kLdUW);
     if constexpr (kNorm)  // the chunk's z rows into the Q tile (rows >= len zero)
         cp_rows_bf16(sm.Q, norm.z + int64_t(ck.row0) * norm.ldz + int64_t(h) * kD, norm.ldz, ck.len);
     cp_async_commit();

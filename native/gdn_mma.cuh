@@ -1,4 +1,4 @@
-// gdn_mma.cuh: warp-level tensor-core and cp.async helpers for gdn.cu (sm_80+ PTX).
+// gdn_mma.cuh: warp-level tensor-core, cp.async and TMA copy helpers for gdn.cu (sm_80+ PTX; TMA sm_90).
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k8" / "mma.m16n8k16"), with g = lane / 4 and
 // t = lane % 4:
@@ -62,6 +62,24 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Copies by the TMA unit (sm_90): each a contiguous run of `bytes` (a multiple of 16, 16-byte aligned at both
+// ends) counted as bytes on an mbarrier in shared memory, whose phases the copies' readers wait for by parity.
+__device__ __forceinline__ void bar_init(uint64_t *bar) {
+    cs1_async::mbar_init(cs1_async::smem_u32(bar), 1);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // before the async proxy uses it
+#endif
+}
+__device__ __forceinline__ void bar_expect_bytes(uint64_t *bar, uint32_t bytes) {
+    cs1_async::mbar_expect_tx(cs1_async::smem_u32(bar), bytes);
+}
+__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
+    cs1_async::mbar_wait(cs1_async::smem_u32(bar), parity);
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    cs1_async::bulk_g2s(cs1_async::smem_u32(dst), src, bytes, cs1_async::smem_u32(bar));
+}
 
 #endif  // GDN_MMA_EMULATED
 

@@ -127,21 +127,7 @@ __device__ __forceinline__ void store_bf16x2(uint16_t *dst, float lo, float hi) 
     *reinterpret_cast<__nv_bfloat162 *>(dst) = __floats2bfloat162_rn(lo, hi);
 }
 
-// ---- mbarriers, TMA and clusters (one PTX instruction each) ----
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
+// ---- TMA and clusters (one PTX instruction each; the mbarrier helpers are in smem_async.cuh) ----
 // arrive on the mbarrier at the same shared-memory offset in block `rank` of the cluster (this block included);
 // release at CTA scope: the .cluster-scope release fence (ERRBAR) took ~9 % of the consumers' stall samples
 __device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {

@@ -50,6 +50,36 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// ---- mbarriers and one-dimensional TMA copies (sm_90); addresses are shared-window offsets (smem_u32) ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, counted on `bar` as bytes
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {

@@ -18,6 +18,8 @@ has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the s
 lever 70 spell it "gdn_walk_mma_kernel<2, true, false, true>").
 --prep-rolled (with that walk) runs prep with the solve's rows 32-63 as a loop (gdn_prep_mma_kernel<true, true>,
 lever 73c), as the GPU does above 64 rows (lever 74) when prep's grid has at most one block per SM.
+--no-tma builds NATIVE's walk with cp.async copies only, as sm_80-89 run it; without it the emulator takes the sm_90
+form where the source has one (the walk's TMA copies on an mbarrier, lever 84: prefix.h models both).
 --norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)
 against the norm kernel's row code (gated_norm.cuh) run on the out kernel's own O: the same bytes on prompt rows.
 Several minutes on a 2-core machine.
@@ -48,7 +50,7 @@ D = 128
 WORK = Path(tempfile.mkdtemp(prefix="gdn-emu-"))
 
 
-def build(native: Path, walk: str | None, name: str, prep_rolled: bool = False) -> Path:
+def build(native: Path, walk: str | None, name: str, prep_rolled: bool = False, tma: bool = True) -> Path:
     src = (native / "gdn.cu").read_text()
     walk_out = "bool kOut" in src  # the walk writes O itself unless told otherwise; prep zeroes the padding rows
     if walk is None:
@@ -79,12 +81,15 @@ def build(native: Path, walk: str | None, name: str, prep_rolled: bool = False) 
         if not ("bool kRolledSolve" in src and "bool kPOut" in src and p_in):
             raise SystemExit("--prep-rolled needs a tree with kRolledSolve and --walk with kPIn (P from prep)")
         body = "#define GDN_PREP_ROLLED 1\n" + body
+    if not tma:  # the walk's copies as a device without TMA makes them (sm_80-89: cp.async only)
+        body = "#define GDN_EMULATED_NO_TMA 1\n" + body
     (WORK / f"{name}.cpp").write_text(body + (HERE / "driver.cpp").read_text())
     exe = WORK / name
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     subprocess.run(["g++", "-std=c++20", "-O2", "-pthread", "-w", f"-I{cuda}/include", f"-I{HERE}", f"-I{native}",
                     f"-DWALK={walk}", str(WORK / f"{name}.cpp"), "-o", str(exe)], check=True)
-    print(f"built {name} from {native} (walk {walk}{', the rolled prep' if prep_rolled else ''})", flush=True)
+    print(f"built {name} from {native} (walk {walk}{', the rolled prep' if prep_rolled else ''}"
+          f"{', no TMA' if not tma else ''})", flush=True)
     return exe
 
 
@@ -204,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prep-precision", action="store_true",
                     help="only measure prep's U and W against float64 (NATIVE, and OLD with --against), then stop "
                          "(W is stored rounded to tf32 since lever 70: its error is then that rounding's)")
+    ap.add_argument("--no-tma", action="store_true",
+                    help="NATIVE's walk with cp.async copies only, as on sm_80-89 (the emulator otherwise takes the "
+                         "sm_90 form where the source has one: its TMA copies on an mbarrier)")
     ap.add_argument("--norm", action="store_true",
                     help="only check the out kernel with the gated RMSNorm folded in (walk without O), then stop")
     args = ap.parse_args(argv)
@@ -223,7 +231,7 @@ def main(argv=None) -> int:
                 print(f"{label} T={t} H={h} weak={weak}: prep max|err|/max|ref| U {w['u']:.3e}  W {w['w']:.3e}",
                       flush=True)
         return 0
-    exes = (build(args.native.resolve(), args.walk, "emu", args.prep_rolled),
+    exes = (build(args.native.resolve(), args.walk, "emu", args.prep_rolled, tma=not args.no_tma),
             build(args.against.resolve(), None, "emu_old") if args.against else None)
     case(exes, [1], 2, 1)
     case(exes, [64], 2, 2)

@@ -125,6 +125,61 @@ inline void cp_async_wait_all() {
 template <int kPending> inline void cp_async_wait_group() {
     while (int(emu::groups.size()) > kPending) { emu::land(emu::groups.front()); emu::groups.erase(emu::groups.begin()); }
 }
+// TMA copies on an mbarrier (the walk's W, walk_prefetch): a copy lands only when a thread waits for the phase it
+// completes, and that phase completes only when its arrive (expect_bytes) came and exactly the expected bytes were
+// issued; a wait that could never complete, a second arrive in one phase, a misaligned copy or more bytes than
+// expected abort the run.
+#include <chrono>
+#include <map>
+#include <mutex>
+namespace emu {
+struct Bulk { void *dst; const void *src; uint32_t bytes; };
+struct Mbar { uint32_t phase = 0; bool arrived = false; int64_t expect = 0, issued = 0; std::vector<Bulk> copies; };
+std::mutex mbar_mu;
+std::map<const void *, Mbar> mbars;
+[[noreturn]] inline void mbar_fail(const char *what, const Mbar &m) {
+    std::fprintf(stderr, "mbarrier: %s (phase %u, arrived %d, expected %lld bytes, issued %lld)\n", what, m.phase,
+                 int(m.arrived), (long long)m.expect, (long long)m.issued);
+    std::abort();
+}
+}  // namespace emu
+inline void bar_init(uint64_t *bar) { std::lock_guard<std::mutex> l(emu::mbar_mu); emu::mbars[bar] = emu::Mbar{}; }
+inline void bar_expect_bytes(uint64_t *bar, uint32_t bytes) {
+    std::lock_guard<std::mutex> l(emu::mbar_mu);
+    auto &m = emu::mbars.at(bar);
+    if (m.arrived) emu::mbar_fail("a second arrive in one phase", m);
+    m.arrived = true;
+    m.expect += bytes;
+}
+inline void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    std::lock_guard<std::mutex> l(emu::mbar_mu);
+    auto &m = emu::mbars.at(bar);
+    if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+        emu::mbar_fail("a copy not in 16-byte units", m);
+    m.copies.push_back({dst, src, bytes});
+    m.issued += bytes;
+}
+inline void bar_wait(uint64_t *bar, uint32_t parity) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> l(emu::mbar_mu);
+            auto &m = emu::mbars.at(bar);
+            if ((m.phase & 1u) != parity) return;  // the phase of that parity completed already
+            if (m.arrived && m.issued > m.expect) emu::mbar_fail("more bytes issued than expected", m);
+            if (m.arrived && m.issued == m.expect) {
+                for (auto &c : m.copies) std::memcpy(c.dst, c.src, c.bytes);
+                const uint32_t next = m.phase + 1;
+                m = emu::Mbar{};
+                m.phase = next;
+                return;
+            }
+            if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20))
+                emu::mbar_fail("a wait that never completes", m);
+        }
+        std::this_thread::yield();
+    }
+}
 
 
 template <class K, class... A> void emu_launch(K kernel, dim3 grid, dim3 block, A... args) {
