@@ -46,7 +46,8 @@
 //   W         f32 [NC * H, 64, 132] rows at the stride of the walk's W tile, so that one TMA copy moves a chunk's W
 //                                   on sm_90 (the 4 unused floats of a row land in the tile's padding, never read)
 //   S0        f32 [NC * H, 128, 128] state entering each chunk (key index first, as transformers/FLA); without kOut.
-//                                    With kPIn the same slot holds prep's P [64][64] and then qs [64] instead
+//                                    With kPIn the same slot holds prep's P [64][68] (64 values and 4 unused per row,
+//                                    kLdL: the walk's tile) and then qs [64] instead
 //   gam       f32 [NC * H, 64]       cumulative log decay inside the chunk
 //   rk        f32 [NC * H, 64]       1 / sqrt(|k_i|^2 + 1e-6)
 // = 133,632 B per chunk slot and value head (4.08 MiB per 64 tokens for H = 32), plus the two index arrays.
@@ -450,9 +451,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
 #pragma unroll
         for (int p = 0; p < kC * kC / 4 / kThreads; ++p) {  // rows tid / 16 + 16 p
             const int i = tid / (kC / 4) + p * (kThreads / (kC / 4)), c4 = (tid % (kC / 4)) * 4;
-            *reinterpret_cast<float4 *>(pq + i * kC + c4) = *reinterpret_cast<const float4 *>(sm.L + i * kLdL + c4);
+            *reinterpret_cast<float4 *>(pq + i * kLdL + c4) = *reinterpret_cast<const float4 *>(sm.L + i * kLdL + c4);
         }
-        if (tid < kC) pq[kC * kC + tid] = sm.qs[tid];
+        if (tid < kC) pq[kC * kLdL + tid] = sm.qs[tid];
     }
 }
 
@@ -471,6 +472,8 @@ struct WalkPInBuf : WalkOutBuf {  // and, when prep made them (kPIn), the chunk'
     float P[kC * kLdL];
     float qs[kC];
 };
+static_assert(sizeof(WalkPInBuf) == sizeof(WalkOutBuf) + (kC * kLdL + kC) * sizeof(float),
+              "qs right after P: the walk copies both as one run (they lie so in the S0 slot)");
 template <bool kOut, bool kPIn = false>
 using WalkBufOf = std::conditional_t<kPIn, WalkPInBuf, std::conditional_t<kOut, WalkOutBuf, WalkBuf>>;
 static_assert(sizeof(WalkBuf) % 16 == 0 && sizeof(WalkOutBuf) % 16 == 0 && sizeof(WalkPInBuf) % 16 == 0,
@@ -624,6 +627,8 @@ __device__ __forceinline__ void put_state(const float st[4][4], uint32_t *sS, fl
 // counted as bytes on the buffer's mbarrier (`bar`), off the load-store path of every thread: as LDGSTS the copies took
 // ~10 shared-memory wavefronts per 512 bytes against the 4 of whole rows (LEVERS 84; 83's one TMA copy per row was
 // serial in one warp and 2.4x slower). The walk never writes into a W tile, so no generic store meets the async proxy.
+// With kPIn, P and qs (17 KB, 4 more cp.async per thread) come the same way, one run from the S0 slot where prep
+// stores P at the tile's stride (LEVERS 84c); the walk reads them only.
 #if (defined(GDN_MMA_EMULATED) && !defined(GDN_EMULATED_NO_TMA)) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 constexpr bool kWalkTmaW = true;  // the emulator's --no-tma checks the cp.async form the smaller devices run
 #else
@@ -636,9 +641,15 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, uint64_t
                                               int hk, int HK, int len, const unsigned char *ws, const Layout &lay,
                                               size_t slot, int v0) {
     const float *w = reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kLdUW;
+    const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;  // kPIn: P [64][kLdL], qs [64]
     if constexpr (kWalkTmaW) {
         if (threadIdx.x == 0) {
-            bar_expect_bytes(bar, sizeof(b.W));
+            if constexpr (kPIn) {  // P and qs as the slot holds them: one run (WalkPInBuf keeps qs right after P)
+                bar_expect_bytes(bar, sizeof(b.W) + sizeof(b.P) + sizeof(b.qs));
+                bulk_copy(b.P, pq, sizeof(b.P) + sizeof(b.qs), bar);
+            } else {
+                bar_expect_bytes(bar, sizeof(b.W));
+            }
             bulk_copy(b.W, w, sizeof(b.W), bar);
         }
     } else {
@@ -648,14 +659,13 @@ __device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, uint64_t
     if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
     cp_rows_f32<kSlab, kLdUW>(b.U, kLdSl, reinterpret_cast<const float *>(ws + lay.u) + slot * kC * kLdUW + v0);
     const int tid = threadIdx.x;
-    if constexpr (kPIn) {  // prep's P [64][64] and qs [64] from the chunk's S0 slot
-        const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;
+    if constexpr (kPIn && !kWalkTmaW) {  // prep's P [64][kLdL] and qs [64] from the chunk's S0 slot
 #pragma unroll
         for (int p = 0; p < kC * kC / 4 / kThreads; ++p) {  // rows tid / 16 + 16 p (a compile-time trip count)
             const int i = tid / (kC / 4) + p * (kThreads / (kC / 4)), c4 = (tid % (kC / 4)) * 4;
-            cp_async16(b.P + i * kLdL + c4, pq + i * kC + c4, true);
+            cp_async16(b.P + i * kLdL + c4, pq + i * kLdL + c4, true);
         }
-        if (tid < kC / 4) cp_async16(b.qs + 4 * tid, pq + kC * kC + 4 * tid, true);
+        if (tid < kC / 4) cp_async16(b.qs + 4 * tid, pq + kC * kLdL + 4 * tid, true);
     }
     if (tid < kC / 4)
         cp_async16(b.gam + 4 * tid, reinterpret_cast<const float *>(ws + lay.gam) + slot * kC + 4 * tid, true);
