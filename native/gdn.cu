@@ -636,24 +636,27 @@ constexpr bool kWalkTmaW = false;
 #endif
 static_assert(kLdUW == kLdF && sizeof(WalkBuf::W) % 16 == 0, "W's workspace rows are the walk tile's rows");
 
+// with_w = false (a prompt's first chunk, whose W S the walk skips: S = 0) loads no W; on sm_90 the buffer's mbarrier
+// phase then completes on its arrive alone (0 bytes), so every buffer's n-th use still waits for phase n.
 template <bool kOut, bool kPIn = false>
-__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, uint64_t *bar, const bf16 *rows, int64_t ld,
-                                              int hk, int HK, int len, const unsigned char *ws, const Layout &lay,
-                                              size_t slot, int v0) {
+__device__ __forceinline__ void walk_prefetch(WalkBufOf<kOut, kPIn> &b, uint64_t *bar, bool with_w, const bf16 *rows,
+                                              int64_t ld, int hk, int HK, int len, const unsigned char *ws,
+                                              const Layout &lay, size_t slot, int v0) {
     const float *w = reinterpret_cast<const float *>(ws + lay.w) + slot * kC * kLdUW;
     const float *pq = reinterpret_cast<const float *>(ws + lay.s0) + slot * kD * kD;  // kPIn: P [64][kLdL], qs [64]
     if constexpr (kWalkTmaW) {
         if (threadIdx.x == 0) {
+            const uint32_t w_bytes = with_w ? uint32_t(sizeof(b.W)) : 0u;
             if constexpr (kPIn) {  // P and qs as the slot holds them: one run (WalkPInBuf keeps qs right after P)
-                bar_expect_bytes(bar, sizeof(b.W) + sizeof(b.P) + sizeof(b.qs));
+                bar_expect_bytes(bar, w_bytes + uint32_t(sizeof(b.P) + sizeof(b.qs)));
                 bulk_copy(b.P, pq, sizeof(b.P) + sizeof(b.qs), bar);
             } else {
-                bar_expect_bytes(bar, sizeof(b.W));
+                bar_expect_bytes(bar, w_bytes);
             }
-            bulk_copy(b.W, w, sizeof(b.W), bar);
+            if (with_w) bulk_copy(b.W, w, sizeof(b.W), bar);
         }
     } else {
-        cp_rows_f32<kD, kLdUW>(b.W, kLdF, w);
+        if (with_w) cp_rows_f32<kD, kLdUW>(b.W, kLdF, w);
     }
     cp_rows_bf16(b.K, rows + int64_t(HK) * kD + int64_t(hk) * kD, ld, len);
     if constexpr (kOut) cp_rows_bf16(b.Q, rows + int64_t(hk) * kD, ld, len);
@@ -728,8 +731,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         __syncthreads();  // the mbarriers exist before any thread waits on one
     }
 
-    walk_prefetch<kOut, kPIn>(buf[0], bars, qkv + int64_t(row_begin) * ld, ld, hk, HK, min(kC, row_end - row_begin),
-                              ws, lay, size_t(c_begin) * H + h, v0);
+    walk_prefetch<kOut, kPIn>(buf[0], bars, false, qkv + int64_t(row_begin) * ld, ld, hk, HK,
+                              min(kC, row_end - row_begin), ws, lay, size_t(c_begin) * H + h, v0);
     float st[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
@@ -747,7 +750,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         __syncthreads();  // this chunk's buffer and sS landed; every read of the other buffer, sDf, sD, sP is done
         const int row1 = row0 + kC;
         if (kBufs == 2 && c + 1 < c_end)
-            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], bars + (c + 1 - c_begin) % kBufs,
+            walk_prefetch<kOut, kPIn>(buf[(c + 1 - c_begin) % kBufs], bars + (c + 1 - c_begin) % kBufs, true,
                                       qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1), ws, lay, slot + H,
                                       v0);
         const float *const qs = chunk_qs_of(cur, sQs), *const p_tile = chunk_p_of(cur, sP);
@@ -840,7 +843,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_walk_mma_kernel(const bf16 *_
         }
         if (kBufs == 1 && c + 1 < c_end) {
             __syncthreads();  // every read of the buffer done
-            walk_prefetch<kOut, kPIn>(buf[0], bars, qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1),
+            walk_prefetch<kOut, kPIn>(buf[0], bars, true, qkv + int64_t(row1) * ld, ld, hk, HK, min(kC, row_end - row1),
                                       ws, lay, slot + H, v0);
         }
     }
