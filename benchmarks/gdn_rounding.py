@@ -16,6 +16,11 @@ Forms (which products take 1-term operands):
   all-1term also the state's W S and K^T diag(f) Delta (lever 70)
   o-bf16    all-1term, but O's fp32 operands (S0, P, Delta) rounded to bf16 (nearest even), as bf16 MMAs would take
             them (the reference arm's flash-linear-attention forms O so)
+  inv-tf32  all-1term, and prep's U and W as one tensor-core product each: T = (I + L)^-1 (fp32, modelled exact),
+            then U = T (beta V), W = T (cw K) with T and the right-hand sides rounded to tf32 (a design for prep's
+            solve on tensor cores, not a kernel)
+  blk-tf32  all-1term, and prep's substitution blocked by 16 rows: the diagonal blocks solved in fp32 (exact here),
+            each off-diagonal block's product L_bc X_c with L_bc and X_c rounded to tf32 (the other design)
 A case is T[w]: T rows, w for weak decay (g ~ -1e-5..-1e-3, the state barely forgets). --stored compares O after
 its bf16 store instead (what test_gdn measures on the GPU, limit 2e-2).
 """
@@ -53,11 +58,30 @@ def bf16r(x):
     return bf16.round_(np.asarray(x, dtype=np.float32)).astype(np.float64)
 
 
-# form: (rounding of O's fp32 operands, rounding of the state products' fp32 operands)
-FORMS = {"exact": (f32, f32), "o-1term": (tf32, f32), "all-1term": (tf32, tf32), "o-bf16": (bf16r, tf32)}
+# form: (rounding of O's fp32 operands, rounding of the state products' fp32 operands, prep's solve)
+FORMS = {"exact": (f32, f32, "subst"), "o-1term": (tf32, f32, "subst"), "all-1term": (tf32, tf32, "subst"),
+         "o-bf16": (bf16r, tf32, "subst"), "inv-tf32": (tf32, tf32, "inv"), "blk-tf32": (tf32, tf32, "blk")}
 
 
-def chunked(q, k, v, g, beta, scale, ro, rs):
+def solve(big_l, rhs, how):
+    """x = (I + L)^-1 rhs per head, L strictly lower [H, C, C], rhs [H, C, D]; stored as fp32 (prep's U / W)."""
+    if how == "inv":
+        inv = np.linalg.inv(np.eye(C)[None] + big_l)
+        return f32(tf32(inv) @ tf32(rhs))
+    x = np.zeros_like(rhs)
+    if how == "subst":  # prep's forward substitution (fp32 on the GPU; its own rounding is not what is asked here)
+        for i in range(C):
+            x[:, i] = rhs[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], x[:, :i])
+        return f32(x)
+    blk = 16
+    for b0 in range(0, C, blk):
+        rows = slice(b0, b0 + blk)
+        r = rhs[:, rows] - (tf32(big_l[:, rows, :b0]) @ tf32(f32(x[:, :b0])) if b0 else 0.0)
+        x[:, rows] = np.linalg.solve(np.eye(blk)[None] + big_l[:, rows, rows], r)
+    return f32(x)
+
+
+def chunked(q, k, v, g, beta, scale, ro, rs, how="subst"):
     """One prompt, every head: O before its bf16 store [T, H, 128]; ro / rs round O's / the state's operands."""
     t, hv = v.shape[0], v.shape[1]
     r = hv // k.shape[1]
@@ -82,10 +106,7 @@ def chunked(q, k, v, g, beta, scale, ro, rs):
         decay = np.exp(np.where(lower, gam[:, :, None] - gam[:, None, :], 0.0))
         big_l = np.where(lower, bb[:, :, None] * gram * decay, 0.0)
         rhs_u, rhs_w = bb[:, :, None] * vv, (bb * np.exp(gam) * rk)[:, :, None] * kraw
-        u, w = np.zeros_like(rhs_u), np.zeros_like(rhs_w)
-        for i in range(C):  # prep's forward substitution (fp32 on the GPU; its rounding is not what is asked here)
-            u[:, i] = rhs_u[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], u[:, :i])
-            w[:, i] = rhs_w[:, i] - np.einsum("hj,hjd->hd", big_l[:, i, :i], w[:, :i])
+        u, w = solve(big_l, rhs_u, how), solve(big_l, rhs_w, how)
         s0 = f32(state)
         delta = f32(f32(u) - rs(w) @ rs(s0))  # K^T and Q enter exactly (bf16 rows)
         gam_last = gam[:, C - 1]
@@ -109,7 +130,7 @@ def main(argv=None) -> int:
     h, hk = args.heads, max(1, args.heads // 2)
     when = "after" if args.stored else "before"
     print(f"|O - ref| / max|ref| {when} the bf16 store, {h} value heads, seed {args.seed}: max (mean)")
-    print(f"{'case':>7}  " + "  ".join(f"{name:>20}" for name in FORMS))
+    print(f"{'case':>7}  " + "  ".join(f"{name:>20}" for name in FORMS), flush=True)
     for case in args.cases.split(","):
         weak = case.endswith("w")
         t = int(case.rstrip("w"))
@@ -119,8 +140,8 @@ def main(argv=None) -> int:
         ref = tg.recurrence(q, k, v, g64, b64, D**-0.5)
         top = np.abs(ref).max()
         cells = []
-        for ro, rs in FORMS.values():
-            got = chunked(q, k, v, g64, b64, D**-0.5, ro, rs)
+        for ro, rs, how in FORMS.values():
+            got = chunked(q, k, v, g64, b64, D**-0.5, ro, rs, how)
             err = np.abs((bf16r(got) if args.stored else got) - ref) / top
             cells.append(f"{err.max():.2e} ({err.mean():.1e})")
         print(f"{case:>7}  " + "  ".join(f"{c:>20}" for c in cells), flush=True)
