@@ -30,3 +30,4 @@ def test_rounding_model_forms(case):
     assert all(e < 2.0**-9 for n, e in errs.items() if n != "o-bf16")  # o-bf16 rounds O's operands to bf16
     assert errs["blk-tf32"] < 2 * errs["all-1term"] + 1e-6
     assert errs["inv-tf32"] < 3 * errs["all-1term"] + 1e-6
+    assert errs["inv16"] < 3 * errs["all-1term"] + 1e-6
