@@ -38,6 +38,7 @@ uint32_t xchg[1024];
 #define blockDim (emu::bdim)
 #define gridDim (emu::gdim)
 inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_bar[emu::tid.x / 32]->arrive_and_wait(); }  // whole warps only
 template <class T> T emu_shfl(T v, int src_lane) {
     const int t = emu::tid.x, w = t / 32;
     uint32_t bits; std::memcpy(&bits, &v, 4);
