@@ -24,7 +24,9 @@ Forms (which products take 1-term operands):
   inv16     inv-tf32 with T itself built from 16 x 16 blocks: the diagonal blocks' inverses in fp32 (exact here), each
             off-diagonal block T_bc = -T_bb sum_{c<=d<b} L_bd T_dc from tf32 operands (products fp32, stored fp32)
 A case is T[w]: T rows, w for weak decay (g ~ -1e-5..-1e-3, the state barely forgets). --stored compares O after
-its bf16 store instead (what test_gdn measures on the GPU, limit 2e-2).
+its bf16 store instead (what test_gdn measures on the GPU, limit 2e-2). --key-corr RHO gives every key of a key head
+a shared direction (cosine ~RHO between two keys, bf16-rounded), so L's entries grow toward beta: the harder case
+for a solve's or an inverse's rounding than test_gdn's near-orthogonal random keys.
 """
 
 from __future__ import annotations
@@ -148,16 +150,22 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=4, help="value heads (key heads: half; default %(default)s)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--stored", action="store_true", help="O after its bf16 store (default: before)")
+    ap.add_argument("--key-corr", type=float, default=0.0, metavar="RHO",
+                    help="cosine between keys from a shared direction per key head (default %(default)s)")
     args = ap.parse_args(argv)
     h, hk = args.heads, max(1, args.heads // 2)
     when = "after" if args.stored else "before"
-    print(f"|O - ref| / max|ref| {when} the bf16 store, {h} value heads, seed {args.seed}: max (mean)")
+    corr = f", key cosine ~{args.key_corr}" if args.key_corr else ""
+    print(f"|O - ref| / max|ref| {when} the bf16 store, {h} value heads, seed {args.seed}{corr}: max (mean)")
     print(f"{'case':>7}  " + "  ".join(f"{name:>20}" for name in FORMS), flush=True)
     for case in args.cases.split(","):
         weak = case.endswith("w")
         t = int(case.rstrip("w"))
         rng = np.random.default_rng(args.seed)
         _, _, g, beta, q, k, v = tg.prefill_inputs(rng, t, h, hk, weak=weak)
+        if args.key_corr:
+            shared = rng.standard_normal((1, hk, D))
+            k = bf16r(np.sqrt(args.key_corr) * shared + np.sqrt(1.0 - args.key_corr) * k)
         g64, b64 = g.astype(np.float64), beta.astype(np.float64)
         ref = tg.recurrence(q, k, v, g64, b64, D**-0.5)
         top = np.abs(ref).max()
