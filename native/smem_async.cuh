@@ -51,14 +51,20 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // ---- mbarriers and one-dimensional TMA copies (sm_90); addresses are shared-window offsets (smem_u32) ----
+// Below sm_90 no caller reaches them (kWalkTmaW, gemm_stream's sm90a guard); one that did would trap rather than
+// read shared memory no copy filled.
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -69,6 +75,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
         "r"(parity)
         : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, counted on `bar` as bytes
@@ -77,6 +85,8 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
 #endif
 }
 
