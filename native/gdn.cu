@@ -417,30 +417,53 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         dst[i * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
     }
-    if constexpr (kRolledSolve) {  // rows 32-63: the loop
+    if constexpr (kRolledSolve) {  // rows 32-63: a loop over groups of four rows (lever 86)
+        // Row i0 + r takes x_32..x_(i0-1) from X in whole groups of four, one load of X for the four rows, and
+        // x_i0..x_(i0+r-1) from this group's registers; each accumulator gets the same terms in the same order as
+        // one row at a time (whole groups by j, then the group's own x last): the same bytes. Sixteen independent
+        // FMA chains per pass, and the newest x never makes the trip through shared memory.
+        static_assert(kHalf % 4 == 0 && kC % 4 == 0, "whole row groups");
         float *xs = sm.X + tid * kLdX;  // x_(kHalf + r) at xs[r]
 #pragma unroll 1
-        for (int i = kHalf; i < kC; ++i) {
-            const float *li = sm.L + i * kLdL;
-            float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
+        for (int i0 = kHalf; i0 < kC; i0 += 4) {
+            float acc[4][4];
 #pragma unroll
-            for (int j = 0; j < kHalf; j += 4) {  // x_0..x_31 from registers (j + 3 < i throughout)
-                const float4 l = lds128(li + j);
-                acc[0] = fmaf(-l.x, x[j], acc[0]);
-                acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
-                acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
-                acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
+            for (int r = 0; r < 4; ++r) {
+                acc[r][0] = coef[i0 + r] * bf2f(rhs[(i0 + r) * kLdKb]);
+                acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
             }
-            for (int j = kHalf; j < i; j += 4) {  // x_32..x_(i-1) from X (the lanes past i - 1 are not used)
-                const float4 l = lds128(li + j), xv = lds128(xs + (j - kHalf));
-                acc[0] = fmaf(-l.x, xv.x, acc[0]);
-                if (j + 1 < i) acc[1] = fmaf(-l.y, xv.y, acc[1]);
-                if (j + 2 < i) acc[2] = fmaf(-l.z, xv.z, acc[2]);
-                if (j + 3 < i) acc[3] = fmaf(-l.w, xv.w, acc[3]);
+#pragma unroll
+            for (int j = 0; j < kHalf; j += 4)  // x_0..x_31 from registers
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const float4 l = lds128(sm.L + (i0 + r) * kLdL + j);
+                    acc[r][0] = fmaf(-l.x, x[j], acc[r][0]);
+                    acc[r][1] = fmaf(-l.y, x[j + 1], acc[r][1]);
+                    acc[r][2] = fmaf(-l.z, x[j + 2], acc[r][2]);
+                    acc[r][3] = fmaf(-l.w, x[j + 3], acc[r][3]);
+                }
+            for (int j = kHalf; j < i0; j += 4) {  // x_32..x_(i0-1) from X
+                const float4 xv = lds128(xs + (j - kHalf));
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const float4 l = lds128(sm.L + (i0 + r) * kLdL + j);
+                    acc[r][0] = fmaf(-l.x, xv.x, acc[r][0]);
+                    acc[r][1] = fmaf(-l.y, xv.y, acc[r][1]);
+                    acc[r][2] = fmaf(-l.z, xv.z, acc[r][2]);
+                    acc[r][3] = fmaf(-l.w, xv.w, acc[r][3]);
+                }
             }
-            const float xi = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            xs[i - kHalf] = xi;
-            dst[i * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(xi) & 0xffffe000u) : xi;
+            float xg[4];  // x_i0..x_(i0+3)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float4 l = lds128(sm.L + (i0 + r) * kLdL + i0);  // row i0 + r's own group: lanes < r
+                if (r > 0) acc[r][0] = fmaf(-l.x, xg[0], acc[r][0]);
+                if (r > 1) acc[r][1] = fmaf(-l.y, xg[1], acc[r][1]);
+                if (r > 2) acc[r][2] = fmaf(-l.z, xg[2], acc[r][2]);
+                xg[r] = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
+                dst[(i0 + r) * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(xg[r]) & 0xffffe000u) : xg[r];
+            }
+            *reinterpret_cast<float4 *>(xs + (i0 - kHalf)) = make_float4(xg[0], xg[1], xg[2], xg[3]);
         }
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
