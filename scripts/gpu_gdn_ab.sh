@@ -16,7 +16,9 @@
 #   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
 #             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
-#   ncu       Nsight Compute durations of every GDN kernel, old and new (and mid with ab_mid/), at LENGTHS
+#   ncu       Nsight Compute durations of every GDN kernel, old and new (and mid with ab_mid/), at LENGTHS;
+#             NCU_EXPECT="name;name" (as the summary prints them, e.g. "gdn_prep_mma_kernel<0, 1>") says MISSING
+#             for each the new build did not launch (lever 86b's first call measured a path its cache had lost)
 #   detail    the full Nsight sections (stall reasons included) of the first DETAIL_LAUNCHES (2) launches of the new
 #             build's kernels matching DETAIL_KERNELS (default "gdn_(prep|walk)"; "gdn_(prep|walk|out)" with 3 launches
 #             gives one layer's prep, walk and, above 640 rows, out kernel) at DETAIL_LENGTHS; NVCC_EXTRA=-lineinfo in
@@ -167,7 +169,8 @@ step ncu && for arm in old ${MID:+mid} new; do
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
     --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
   say "ncu $arm rc=$?"
-  python3 - "$W/ncu-$arm.csv" <<'PY' | tee -a "$S"
+  EXPECT=""; [ $arm = new ] && EXPECT=${NCU_EXPECT:-}
+  python3 - "$W/ncu-$arm.csv" "$EXPECT" <<'PY' | tee -a "$S"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
@@ -181,6 +184,8 @@ for r in rows:
         seen[name].append(float(r[v].replace(",", "")) * to_us.get(r[unit], 1.0))
 for name, t in seen.items():
     print(f"  {name}: {len(t)} launches, us each: {' '.join(f'{x:.1f}' for x in t[:12])}")
+for name in filter(None, (n.strip() for n in sys.argv[2].split(";"))):
+    print(f"  expected kernel {name}: {'ran' if name in seen else 'MISSING: the new build did not launch it'}")
 PY
 done
 # the full Nsight sections of the first two launches matching DETAIL_KERNELS (default: one prep and one walk)
