@@ -4,7 +4,7 @@
 // zero at every prompt start), one chunk of rows i = 0..63 entering with S0:
 //   Gam_i = sum_{j<=i} g_j (reset per chunk)          k^_i = k_i / sqrt(|k_i|^2 + 1e-6),  q~_i likewise * scale
 //   L_ij  = beta_i (k^_i . k^_j) exp(Gam_i - Gam_j), j < i   (strictly lower)
-//   U = (I + L)^-1 diag(beta) V,  W = (I + L)^-1 diag(beta e^Gam) K^   (forward substitution, fp32)
+//   U = (I + L)^-1 diag(beta) V,  W = (I + L)^-1 diag(beta e^Gam) K^   (block rows of 16, tf32 MMAs)
 //   Delta = U - W S0;  S_next = e^{Gam_63} S0 + (K^ * e^{Gam_63 - Gam})^T Delta
 //   O = diag(e^Gam) Q~ S0 + (Q~ K^T  .* D) Delta,  D_ij = exp(Gam_i - Gam_j) for j <= i, else 0
 // Rows of a partial chunk past the prompt end are masked (k = v = beta = g = 0), which leaves every valid row and
@@ -22,11 +22,10 @@
 //      chunks restart at every prompt start. cu_seqlens lives on the device, so the host only knows the bound
 //      NC = ceil(T/64) + n_seqs on the number of chunks; blocks past the real count exit. Every prep block
 //      computes it for itself up to kPrepIndexMaxSeqs prompts; above, gdn_index_kernel (1 block) runs first.
-//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by forward substitution; also
+//   2. gdn_prep_mma_kernel (chunk, head): Gam, 1/|k|, L (bf16 MMA), then U and W by block rows of 16; also
 //      writes zeros into the padding rows of o. Above kWalkPInMinRows rows (above kC where its grid has at most one
 //      block per SM), up to kWalkOutMaxRows (sm_90), also the walk's P and q norms (kPOut), into the chunk's S0
-//      slot, which the walk that writes O does not use; with at most one block per SM it solves half the rows in a
-//      loop (kRolledSolve, GdnPath::sms).
+//      slot, which the walk that writes O does not use. U and W come from tensor cores (lever 88).
 //   3. gdn_walk_mma_kernel (prompt, head, 32-column value slab): walks the prompt's chunks in order with the state
 //      slab in registers (MMA accumulators); the next chunk's operands arrive by cp.async while one computes (its W
 //      by one TMA copy on sm_90). It
@@ -158,10 +157,12 @@ constexpr int kPrepIndexMaxSeqs = 63;
 // Precision plan: the raw q and k rows are bf16, so they enter the tensor cores exactly (bf16 MMA, or bf16 bits as
 // tf32) and the L2 norms are applied as row / column factors afterwards. Each fp32 operand (W, S, Delta, P) is
 // rounded to tf32 once (2^-11 relative) and every tf32 product is one MMA: the output's (Q S0, P Delta; lever 69)
-// and the state's (W S, K^T diag(f) Delta; lever 70). Sums, the state and the substitution stay fp32. The state's
-// rounding recurs from chunk to chunk through the decayed state; benchmarks/gdn_rounding.py models it in float64:
-// O's error before its bf16 store stays ~5-10x below that store's own rounding (2^-9) up to 4,097 rows, with weak
-// decay too. (2- and 3-term hi + lo splits, ~fp32, until lever 70: in git history.)
+// and the state's (W S, K^T diag(f) Delta; lever 70), and prep's U and W (by block rows of 16: L_bd X_d, then
+// (I + L_bb)^-1 C_b; lever 88). Sums and the state stay fp32. The state's rounding recurs from chunk to chunk
+// through the decayed state; benchmarks/gdn_rounding.py models it in float64: O's error before its bf16 store
+// stays ~3-10x below that store's own rounding (2^-9) up to 4,097 rows, with weak decay too (form blk16). (2- and
+// 3-term hi + lo splits, ~fp32, until lever 70, and the forward substitution in fp32 until lever 88: in git
+// history.)
 
 constexpr int kLdKb = 136;  // bf16 row stride of 64x128 bf16 tiles (272 B rows)
 constexpr int kLdSl = 40;   // fp32 row stride of 32-column slabs (B fragments: bank 8t + g, conflict-free)
@@ -263,13 +264,26 @@ __device__ __forceinline__ void chunk_p(const bf16 *Q, const bf16 *K, const floa
         }
 }
 
+// An m16n8 accumulator (c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1)) as the tf32 A operand of a
+// product over the same 8 columns, with k slot t taking column 2t and slot t + 4 column 2t + 1: a = {c0, c2, c1, c3}.
+// The B operand must be loaded with that k order (prep's block rows, lever 88).
+__device__ __forceinline__ void acc_as_a_tf32(const float c[4], uint32_t a[4]) {
+    a[0] = tf32_rna_bits(c[0]);
+    a[1] = tf32_rna_bits(c[2]);
+    a[2] = tf32_rna_bits(c[1]);
+    a[3] = tf32_rna_bits(c[3]);
+}
+
 // Block (chunk, head): Gam, 1/|k|, L (bf16 MMA on the raw k rows: exact products, fp32 sums; the norms enter as
-// factors), then U and W by forward substitution with the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
-constexpr int kLdX = 36;  // fp32 row stride of X: 16-byte rows, LDS.128 of 8 threads' rows hit 32 distinct banks
+// factors), then U and W = (I + L)^-1 times the right-hand sides beta v and (beta e^Gam / |k|) k_raw.
+// kLdTd = 24: the row stride of Td, whose B fragments are 8-byte loads of (row g, columns 2t, 2t + 1): the 16 lanes
+// of a half warp then cover 32 distinct banks.
+constexpr int kLdTd = 24;
 struct PrepSmem {
     bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
-    bf16 V[kC * kLdKb];  // raw v rows
+    bf16 V[kC * kLdKb];  // raw v rows (zeros past the chunk end)
     float L[kC * kLdL];
+    uint32_t Td[kC * kLdTd];  // row 16 b + n, column k < 16: (I + L_bb)^-1 [n][k] as tf32 bits
     float gam[kC];
     float beta[kC];
     float cw[kC];  // beta e^Gam / |k|
@@ -283,23 +297,17 @@ struct PrepSmemP : PrepSmem {
     float qs[kC];        // scale / |q_i|
     bf16 Q[kC * kLdKb];  // raw q rows (zeros past the chunk end)
 };
-// With kRolledSolve: also X, the thread's x_32..x_63 for the solve's rolled half.
-struct PrepSmemPX : PrepSmemP {
-    float X[kThreads * kLdX];
-};
 constexpr size_t kPrepMmaSmem = sizeof(PrepSmem);
 constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
-constexpr size_t kPrepMmaSmemPX = sizeof(PrepSmemPX);
-static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0 && sizeof(PrepSmemPX) % 16 == 0,
-              "PrepSmem keeps 16-byte alignment");
+static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
+static_assert(offsetof(PrepSmem, Td) % 8 == 0 && offsetof(PrepSmem, L) % 8 == 0,
+              "Td's and L's B pairs are 8-byte loads");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 // kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
 // walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
 // The same functions on the same operands as the walk that computes them itself: the same bytes.
-// kRolledSolve (with kPOut; launched with kPrepMmaSmemPX): rows 32-63 of the forward substitution as a loop, for
-// grids of at most one block per SM (see GdnPath::sms); the same bytes.
-template <bool kPOut, bool kRolledSolve = false>
+template <bool kPOut>
 __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
                                                                    const float *__restrict__ g,
                                                                    const float *__restrict__ beta,
@@ -309,8 +317,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
                                                                    bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    static_assert(kPOut || !kRolledSolve, "X lives in PrepSmemPX");
-    using Smem = std::conditional_t<kRolledSolve, PrepSmemPX, std::conditional_t<kPOut, PrepSmemP, PrepSmem>>;
+    using Smem = std::conditional_t<kPOut, PrepSmemP, PrepSmem>;
     auto &sm = *reinterpret_cast<Smem *>(smem_raw);
     auto *ws_start = reinterpret_cast<int32_t *>(ws + lay.seq_start);
     auto *ws_off = reinterpret_cast<int32_t *>(ws + lay.chunk_off);
@@ -386,84 +393,98 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     }
     __syncthreads();
 
-    // Forward substitution, one column per thread: threads 0..127 give U (rhs beta v), 128..255 W
-    // (rhs beta e^Gam k^ = cw k_raw). x_i = rhs_i - sum_{j<i} L_ij x_j; four partial sums (j mod 4) cut the
-    // dependent FMA chain of row i from i to i / 4. All 64 rows unrolled keep x in registers; kRolledSolve unrolls
-    // rows 0-31 only, and rows 32-63 are a loop that reads x_32.. back from the thread's row of X. With at most one
-    // block per SM the 64 unrolled rows (~50 KB of code, chunk_p's after them) leave the warps waiting for
-    // instructions; with two blocks per SM over several waves the loop's extra loads cost more (LEVERS 73, 73b,
-    // 73c). Each partial sum takes the same FMAs in the same order either way.
-    const int col = tid & (kD - 1);
-    const bool is_w = tid >= kD;
-    const bf16 *rhs = (is_w ? sm.K : sm.V) + col;
-    const float *coef = is_w ? sm.cw : sm.beta;
-    float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kLdUW + col;
-    // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk then
-    // takes as is; U stays fp32. is_w is uniform in each warp (warps 0-3 U, 4-7 W).
-    constexpr int kHalf = kC / 2;
-    constexpr int kRegRows = kRolledSolve ? kHalf : kC;  // rows solved unrolled, x in registers
-    float x[kRegRows];
+    // U = (I + L)^-1 (beta V) and W = (I + L)^-1 (cw K_raw) by block rows of 16 on tensor cores (lever 88). Warp w
+    // owns 32 right-hand-side columns (warps 0-3 U's, 4-7 W's) and computes their transpose, X^T (columns as MMA
+    // rows), so that each block row's result, an accumulator, is already the A operand of the later block rows
+    // (their k order permuted to match: k slot t -> row 2t, t + 4 -> 2t + 1, B loaded the same way):
+    //   C_b = R_b - sum_{d<b} L_bd X_d  (tf32 MMAs, fp32 sums),   X_b = (I + L_bb)^-1 C_b  (one tf32 MMA per k step)
+    // No block barrier after the diagonal blocks' inverses: the warps share only L and Td. Each fp32 operand is
+    // rounded to tf32 once; benchmarks/gdn_rounding.py (form blk16) models it. Rows past the chunk end have L rows,
+    // beta and cw of 0 and zero v / k rows: their C rows, Td rows (unit rows) and X rows are 0.
+    if (tid < kC) {  // column tid % 16 of the diagonal block's inverse (I + L_bb)^-1, by substitution in fp32
+        const int jl = tid & 15, b0 = tid & ~15;
+        float xd[16];
 #pragma unroll
-    for (int i = 0; i < kRegRows; ++i) {
-        float acc[4] = {coef[i] * bf2f(rhs[i * kLdKb]), 0.0f, 0.0f, 0.0f};
+        for (int i = 0; i < 16; ++i) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // by l mod 4; x_l = 0 for l < jl adds exact zeros
 #pragma unroll
-        for (int j = 0; j < i; j += 4) {  // 16-byte broadcast loads of L; L_ij = 0 for j >= i is skipped
-            const float4 l = lds128(sm.L + i * kLdL + j);
-            acc[0] = fmaf(-l.x, x[j], acc[0]);
-            if (j + 1 < i) acc[1] = fmaf(-l.y, x[j + 1], acc[1]);
-            if (j + 2 < i) acc[2] = fmaf(-l.z, x[j + 2], acc[2]);
-            if (j + 3 < i) acc[3] = fmaf(-l.w, x[j + 3], acc[3]);
+            for (int l = 0; l < i; ++l) acc[l & 3] = fmaf(sm.L[(b0 + i) * kLdL + b0 + l], xd[l], acc[l & 3]);
+            xd[i] = i < jl ? 0.0f : i == jl ? 1.0f : 0.0f - ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+            sm.Td[(b0 + i) * kLdTd + jl] = tf32_rna_bits(xd[i]);
         }
-        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        dst[i * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(x[i]) & 0xffffe000u) : x[i];
     }
-    if constexpr (kRolledSolve) {  // rows 32-63: a loop over groups of four rows (lever 86)
-        // Row i0 + r takes x_32..x_(i0-1) from X in whole groups of four, one load of X for the four rows, and
-        // x_i0..x_(i0+r-1) from this group's registers; each accumulator gets the same terms in the same order as
-        // one row at a time (whole groups by j, then the group's own x last): the same bytes. Sixteen independent
-        // FMA chains per pass, and the newest x never makes the trip through shared memory.
-        static_assert(kHalf % 4 == 0 && kC % 4 == 0, "whole row groups");
-        float *xs = sm.X + tid * kLdX;  // x_(kHalf + r) at xs[r]
-#pragma unroll 1
-        for (int i0 = kHalf; i0 < kC; i0 += 4) {
-            float acc[4][4];
+    __syncthreads();  // Td complete
+    {
+        const int gq = lane >> 2, t4 = lane & 3;
+        const bool is_w = warp >= 4;
+        const int n0 = 32 * (warp & 3);  // the warp's first column; m tile mt: columns n0 + 16 mt + gq (+ 8)
+        const bf16 *rhs = is_w ? sm.K : sm.V;
+        const float *coef = is_w ? sm.cw : sm.beta;
+        float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kLdUW + n0 + gq;
+        uint32_t xa[3][2][2][4];  // X_d^T as A fragments (tf32): [block row d][m tile][k step = d's n tile]
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                acc[r][0] = coef[i0 + r] * bf2f(rhs[(i0 + r) * kLdKb]);
-                acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+        for (int b = 0; b < kC / 16; ++b) {
+            // C_b^T and X_b^T: [m tile][n tile][fragment]; fragment f of the 16 (m tile f / 8, n tile f / 4 % 2,
+            // element f % 4) holds row 16 b + 8 nt + 2 t4 + e % 2, column n0 + 16 mt + gq + 8 (e / 2)
+            float cacc[2][2][4];
+#pragma unroll
+            for (int f = 0; f < 16; ++f) {
+                const int mt = f >> 3, nt = (f >> 2) & 1, e = f & 3;
+                const int row = 16 * b + 8 * nt + 2 * t4 + (e & 1), col = n0 + 16 * mt + gq + 8 * (e >> 1);
+                cacc[mt][nt][e] = coef[row] * bf2f(rhs[row * kLdKb + col]);
             }
 #pragma unroll
-            for (int j = 0; j < kHalf; j += 4)  // x_0..x_31 from registers
+            for (int d = 0; d < b; ++d)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const float4 l = lds128(sm.L + (i0 + r) * kLdL + j);
-                    acc[r][0] = fmaf(-l.x, x[j], acc[r][0]);
-                    acc[r][1] = fmaf(-l.y, x[j + 1], acc[r][1]);
-                    acc[r][2] = fmaf(-l.z, x[j + 2], acc[r][2]);
-                    acc[r][3] = fmaf(-l.w, x[j + 3], acc[r][3]);
+                for (int ks = 0; ks < 2; ++ks) {
+                    uint32_t bv[2][2];  // -L[16 b + 8 nt + gq][16 d + 8 ks + 2 t4 (+1)]
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+                        const float2 l = *reinterpret_cast<const float2 *>(
+                            sm.L + (16 * b + 8 * nt + gq) * kLdL + 16 * d + 8 * ks + 2 * t4);
+                        bv[nt][0] = tf32_rna_bits(-l.x);
+                        bv[nt][1] = tf32_rna_bits(-l.y);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < 2; ++nt) mma_tf32(cacc[mt][nt], xa[d][mt][ks], bv[nt]);
                 }
-            for (int j = kHalf; j < i0; j += 4) {  // x_32..x_(i0-1) from X
-                const float4 xv = lds128(xs + (j - kHalf));
+            uint32_t ca[2][2][4];  // C_b^T as A fragments (tf32), k step = C's n tile
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const float4 l = lds128(sm.L + (i0 + r) * kLdL + j);
-                    acc[r][0] = fmaf(-l.x, xv.x, acc[r][0]);
-                    acc[r][1] = fmaf(-l.y, xv.y, acc[r][1]);
-                    acc[r][2] = fmaf(-l.z, xv.z, acc[r][2]);
-                    acc[r][3] = fmaf(-l.w, xv.w, acc[r][3]);
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks) acc_as_a_tf32(cacc[mt][ks], ca[mt][ks]);
+            float xacc[2][2][4] = {};  // X_b^T
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                uint32_t bv[2][2];  // Td[16 b + 8 nt + gq][8 ks + 2 t4 (+1)]
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    const uint2 t = *reinterpret_cast<const uint2 *>(sm.Td + (16 * b + 8 * nt + gq) * kLdTd + 8 * ks +
+                                                                      2 * t4);
+                    bv[nt][0] = t.x;
+                    bv[nt][1] = t.y;
                 }
-            }
-            float xg[4];  // x_i0..x_(i0+3)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const float4 l = lds128(sm.L + (i0 + r) * kLdL + i0);  // row i0 + r's own group: lanes < r
-                if (r > 0) acc[r][0] = fmaf(-l.x, xg[0], acc[r][0]);
-                if (r > 1) acc[r][1] = fmaf(-l.y, xg[1], acc[r][1]);
-                if (r > 2) acc[r][2] = fmaf(-l.z, xg[2], acc[r][2]);
-                xg[r] = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
-                dst[(i0 + r) * kLdUW] = is_w ? __uint_as_float(tf32_rna_bits(xg[r]) & 0xffffe000u) : xg[r];
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) mma_tf32(xacc[mt][nt], ca[mt][ks], bv[nt]);
             }
-            *reinterpret_cast<float4 *>(xs + (i0 - kHalf)) = make_float4(xg[0], xg[1], xg[2], xg[3]);
+            // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk
+            // then takes as is; U stays fp32
+#pragma unroll
+            for (int f = 0; f < 16; ++f) {
+                const int mt = f >> 3, nt = (f >> 2) & 1, e = f & 3;
+                const int row = 16 * b + 8 * nt + 2 * t4 + (e & 1), col = 16 * mt + 8 * (e >> 1);
+                const float v = xacc[mt][nt][e];
+                dst[row * kLdUW + col] = is_w ? __uint_as_float(tf32_rna_bits(v) & 0xffffe000u) : v;
+            }
+            if (b + 1 < kC / 16)
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int ks = 0; ks < 2; ++ks) acc_as_a_tf32(xacc[mt][ks], xa[b][mt][ks]);
         }
     }
     if constexpr (kPOut) {  // the walk's P and qs, into this chunk's S0 slot; L's tile is free once all have solved
@@ -1026,10 +1047,8 @@ constexpr int64_t kWalkPInMinRows = 128;
 // Chosen once per device from its shared memory per block: walk_bufs for the walk without kOut, out_bufs for the
 // one with kOut (0: it does not fit).
 // p_in: the walk that writes O with two buffers may take P and qs from prep (kPIn; 219.5 KiB, sm_90).
-// sms: the device's SM count. Prep with P solves rows 32-63 in a loop (kRolledSolve) when its grid has at most one
-// block per SM (on the H200 one prompt of 65-192 rows since lever 74): 144-192 rows (4 chunk slots x 32 heads = 128
-// blocks) ran 0.07 ms faster per forward, with the loop up to 256 rows 224 and 256 (160 and 192 blocks) 0.15 ms
-// slower (LEVERS 73c). The same bytes.
+// sms: the device's SM count: where prep's grid has at most one block per SM, P comes from prep from kC + 1 rows
+// (lever 74, measured with lever 73c's rolled substitution, which lever 88's tensor-core solve replaced).
 // In the environment (read once): CS1_GDN_SPLIT_OUT=1 sets out_bufs = 0 and CS1_GDN_P_IN=0 p_in = 0: the paths
 // of smaller devices (or the walk forming P itself), kept testable on larger ones.
 struct GdnPath {
@@ -1072,7 +1091,6 @@ int configure_device(GdnPath *path) {
     path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, true);
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
-    if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true, true>, kPrepMmaSmemPX);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
     // three out blocks per SM need the largest shared-memory carveout (3 x 69.8 KiB with the 1 KiB the driver
@@ -1163,14 +1181,11 @@ int gdn_prefill(const void *qkv, int64_t ld, const float *g, const float *beta, 
     const dim3 chunk_grid{unsigned(nc), unsigned(H), 1u};
     const dim3 walk_grid{unsigned(n_seqs), unsigned(H), unsigned(kD / kSlab)};
     const int bufs = walk_writes_o ? path.out_bufs : path.walk_bufs;
-    const bool rolled_prep = nc * H <= path.sms;  // prep's grid at most one block per SM
-    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && (T > kWalkPInMinRows || (T > kC && rolled_prep));
+    const bool one_wave = nc * H <= path.sms;  // prep's grid at most one block per SM
+    const bool p_in = walk_writes_o && bufs == 2 && path.p_in && (T > kWalkPInMinRows || (T > kC && one_wave));
     const size_t smem = walk_smem(bufs, walk_writes_o, p_in);
     const int32_t *prep_cu = prep_indexes ? cu_seqlens : nullptr;
-    if (p_in && rolled_prep)
-        gdn_prep_mma_kernel<true, true><<<chunk_grid, kThreads, kPrepMmaSmemPX, s>>>(
-            x, ld, g, beta, prep_cu, int(n_seqs), int(T), int(H), int(HK), scale, ws, lay, out);
-    else if (p_in)
+    if (p_in)
         gdn_prep_mma_kernel<true><<<chunk_grid, kThreads, kPrepMmaSmemP, s>>>(x, ld, g, beta, prep_cu, int(n_seqs),
                                                                            int(T), int(H), int(HK), scale, ws, lay,
                                                                            out);

@@ -491,11 +491,9 @@ np.save(sys.argv[3], bf16.to_bits(o))
 @pytest.mark.parametrize("lengths", [[160], [65], [128], [129], [256], [640], [1, 64, 65, 30]])
 def test_prefill_p_from_prep_gives_the_walks_own_bytes(cs1, gpu, rng, tmp_path, lengths):
     """From 129 to 640 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory), and
-    from 65 rows where prep's grid has at most one block per SM (H100 / H200: one prompt of up to 192 rows); there
-    prep also solves rows 32-63 in a loop. With CS1_GDN_P_IN=0 the walk forms P and qs itself. The path is chosen
-    once per process, so the second form runs in a child process on the same inputs: the same bytes (the same
-    products in the same order). 65 to 160 rows check the rolled prep, 256, 640 and the packed prompts the unrolled
-    one."""
+    from 65 rows where prep's grid has at most one block per SM (H100 / H200: one prompt of up to 192 rows). With
+    CS1_GDN_P_IN=0 the walk forms P and qs itself. The path is chosen once per process, so the second form runs in
+    a child process on the same inputs: the same bytes (the same products in the same order)."""
     h, hk = 32, 16
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     t = int(cu[-1])

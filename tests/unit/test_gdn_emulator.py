@@ -39,13 +39,12 @@ def emulator():
 
 # The walk instantiations (with the prep form each runs after): with O or with the out kernel after it, two buffers
 # (sm_80 and up) or one (the smaller devices: on the H200 only the two-buffer forms run), and the walk with O that
-# takes P and qs from prep (sm_90, 129 to 640 rows, or from 65 for one short prompt; prep then makes them), after
-# prep's unrolled solve and after its rolled one (where prep's grid has at most one block per SM, lever 73c)
+# takes P and qs from prep (sm_90, 129 to 640 rows, or from 65 for one short prompt; prep then makes them)
 # The last three: the walk's copies as sm_80-89 make them (cp.async only; the emulator otherwise takes the sm_90
 # form, whose W arrives by TMA on an mbarrier).
 WALKS = [("gdn_walk_mma_kernel<2, true>", False, True), ("gdn_walk_mma_kernel<2, false>", False, True),
          ("gdn_walk_mma_kernel<1, true>", False, True), ("gdn_walk_mma_kernel<1, false>", False, True),
-         ("gdn_walk_mma_kernel<2, true, true>", False, True), ("gdn_walk_mma_kernel<2, true, true>", True, True),
+         ("gdn_walk_mma_kernel<2, true, true>", False, True),
          ("gdn_walk_mma_kernel<2, true>", False, False), ("gdn_walk_mma_kernel<1, true>", False, False),
          ("gdn_walk_mma_kernel<1, false>", False, False)]
 

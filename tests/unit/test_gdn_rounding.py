@@ -31,3 +31,4 @@ def test_rounding_model_forms(case):
     assert errs["blk-tf32"] < 2 * errs["all-1term"] + 1e-6
     assert errs["inv-tf32"] < 3 * errs["all-1term"] + 1e-6
     assert errs["inv16"] < 3 * errs["all-1term"] + 1e-6
+    assert errs["blk16"] < 3 * errs["all-1term"] + 1e-6
