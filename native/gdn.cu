@@ -402,16 +402,22 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
     // rounded to tf32 once; benchmarks/gdn_rounding.py (form blk16) models it. Rows past the chunk end have L rows,
     // beta and cw of 0 and zero v / k rows: their C rows, Td rows (unit rows) and X rows are 0.
     if (tid < kC) {  // column tid % 16 of the diagonal block's inverse (I + L_bb)^-1, by substitution in fp32
+        // Every lane computes every row's sum and then selects (s is pinned, so the compiler cannot sink it into a
+        // branch per lane, which put L's loads inside 16 divergent branches: lever 88c), and Td is stored after
+        // the last row, so no store sits between L's loads.
         const int jl = tid & 15, b0 = tid & ~15;
+        const float *lb = sm.L + b0 * kLdL + b0;
         float xd[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // by l mod 4; x_l = 0 for l < jl adds exact zeros
 #pragma unroll
-            for (int l = 0; l < i; ++l) acc[l & 3] = fmaf(sm.L[(b0 + i) * kLdL + b0 + l], xd[l], acc[l & 3]);
-            xd[i] = i < jl ? 0.0f : i == jl ? 1.0f : 0.0f - ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-            sm.Td[(b0 + i) * kLdTd + jl] = tf32_rna_bits(xd[i]);
+            for (int l = 0; l < i; ++l) acc[l & 3] = fmaf(lb[i * kLdL + l], xd[l], acc[l & 3]);
+            const float s = pinned(0.0f - ((acc[0] + acc[1]) + (acc[2] + acc[3])));
+            xd[i] = i < jl ? 0.0f : i == jl ? 1.0f : s;
         }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sm.Td[(b0 + i) * kLdTd + jl] = tf32_rna_bits(xd[i]);
     }
     __syncthreads();  // Td complete
     {

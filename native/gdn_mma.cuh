@@ -59,6 +59,11 @@ __device__ __forceinline__ float4 lds128(const float *p) {
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
     cs1_async::ldmatrix_x4(r, cs1_async::smem_u32(row));
 }
+// v, computed where it stands: the compiler may not sink its computation into a branch (an empty asm that "uses" it)
+__device__ __forceinline__ float pinned(float v) {
+    asm volatile("" : "+f"(v));
+    return v;
+}
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }

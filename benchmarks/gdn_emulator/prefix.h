@@ -106,6 +106,7 @@ inline void ldsm_x4(uint32_t r[4], const void *row) {
         std::memcpy(&r[m], static_cast<const unsigned char *>(emu::xrow[w * 32 + 8 * m + lane / 4]) + 4 * (lane & 3), 4);
     emu::warp_bar[w]->arrive_and_wait();
 }
+inline float pinned(float v) { return v; }  // the device form only keeps the compiler from sinking v into a branch
 inline void mma_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma<false>(d, a, b); }
 inline void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) { emu_mma<true>(d, a, b); }
 // deferred cp.async: copies land only at the wait that covers their group (catches wrong group accounting)
