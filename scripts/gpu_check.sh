@@ -109,7 +109,7 @@ if [ $build_ok = 1 ]; then
 fi
 
 # ---- compute-sanitizer memcheck: attention and GDN (and the other ops) at 160 / 640 / 1024 / 4096 rows (160: the GDN
-# prefill's one-prompt call runs the rolled prep), then racecheck of the GDN kernels' shared memory at 160 / 1024
+# prefill's one-prompt call runs prep with P in one wave), then racecheck of the GDN kernels' shared memory at 160 / 1024
 # (without the cuBLAS GEMM, on which racecheck stops with an internal error)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ $build_ok = 1 ] && [ -x "$SAN" ]; then

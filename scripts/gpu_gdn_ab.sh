@@ -12,7 +12,7 @@
 #   tests     tests/gpu/test_gdn.py on the new build (default path)
 #   split     the same with CS1_GDN_SPLIT_OUT=1 (the separate out kernel of smaller devices)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py at MEMCHECK_LENGTHS (default 160 640 1024
-#             4096) on the new build (each length also runs one prompt over all its rows: 160 gives the rolled prep)
+#             4096) on the new build (each length also runs one prompt over all its rows: at 160 prep makes P in one wave)
 #   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
 #             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS

@@ -90,7 +90,7 @@ for T in [int(a) for a in sys.argv[1:] if a != "--no-cublas"]:
     lib.cs1_gdn_workspace_bytes(T, 3, H, wsb)
     ws, go = empty(int(wsb[0])), empty(T * H * 128 * 2)
     lib.cs1_gdn_prefill(conv, conv_dim, g, beta, d_cu, 3, go, ws, int(wsb[0]), T, H, HK, 128 ** -0.5, stream)
-    # one prompt over all T rows too: at 65-192 rows prep's grid then fits one wave (the rolled prep, GdnPath::sms),
+    # one prompt over all T rows too: at 65-192 rows prep's grid then fits one wave (prep then makes P, GdnPath::sms),
     # which three packed prompts never reach
     ws1b = ffi.new("size_t *")
     lib.cs1_gdn_workspace_bytes(T, 1, H, ws1b)

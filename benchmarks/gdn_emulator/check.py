@@ -17,7 +17,8 @@ has it, gdn_walk_mma_kernel<2, true>; "gdn_walk_mma_kernel<2, false>" runs the s
 "gdn_walk_mma_kernel<2, true, true>" the walk that takes P and qs from prep, prep then making them; trees before
 lever 70 spell it "gdn_walk_mma_kernel<2, true, false, true>").
 --prep-rolled (with that walk) runs prep with the solve's rows 32-63 as a loop (gdn_prep_mma_kernel<true, true>,
-lever 73c), as the GPU does above 64 rows (lever 74) when prep's grid has at most one block per SM.
+lever 73c), as the GPU did above 64 rows (lever 74) when prep's grid had at most one block per SM; for trees
+between levers 73c and 88 only (lever 88 replaced the substitution, rolled or not, by block rows on tensor cores).
 --no-tma builds NATIVE's walk with cp.async copies only, as sm_80-89 run it; without it the emulator takes the sm_90
 form where the source has one (the walk's TMA copies on an mbarrier, lever 84: prefix.h models both).
 --norm checks only the out kernel with the layer's gated RMSNorm folded in (gdn_out_norm_mma_kernel, lever 65)

@@ -42,23 +42,23 @@ def emulator():
 # takes P and qs from prep (sm_90, 129 to 640 rows, or from 65 for one short prompt; prep then makes them)
 # The last three: the walk's copies as sm_80-89 make them (cp.async only; the emulator otherwise takes the sm_90
 # form, whose W arrives by TMA on an mbarrier).
-WALKS = [("gdn_walk_mma_kernel<2, true>", False, True), ("gdn_walk_mma_kernel<2, false>", False, True),
-         ("gdn_walk_mma_kernel<1, true>", False, True), ("gdn_walk_mma_kernel<1, false>", False, True),
-         ("gdn_walk_mma_kernel<2, true, true>", False, True),
-         ("gdn_walk_mma_kernel<2, true>", False, False), ("gdn_walk_mma_kernel<1, true>", False, False),
-         ("gdn_walk_mma_kernel<1, false>", False, False)]
+WALKS = [("gdn_walk_mma_kernel<2, true>", True), ("gdn_walk_mma_kernel<2, false>", True),
+         ("gdn_walk_mma_kernel<1, true>", True), ("gdn_walk_mma_kernel<1, false>", True),
+         ("gdn_walk_mma_kernel<2, true, true>", True),
+         ("gdn_walk_mma_kernel<2, true>", False), ("gdn_walk_mma_kernel<1, true>", False),
+         ("gdn_walk_mma_kernel<1, false>", False)]
 
 
 def test_every_walk_form_gives_the_same_bytes(emulator):
     native = ROOT / "native"
-    exes = [emulator.build(native, walk, f"emu{i}", rolled, tma=tma) for i, (walk, rolled, tma) in enumerate(WALKS)]
+    exes = [emulator.build(native, walk, f"emu{i}", tma=tma) for i, (walk, tma) in enumerate(WALKS)]
     # three prompts (one row, one exact chunk, two chunks and two rows) packed, then 7 padding rows; case() asserts
     # the float64 tolerance and the zero padding rows for each form
     first = emulator.case((exes[0], None), [1, 64, 130], 2, 1, pad=7)
     assert first.shape == (202, 2, 128)
-    for (walk, rolled, tma), exe in zip(WALKS[1:], exes[1:], strict=True):
+    for (walk, tma), exe in zip(WALKS[1:], exes[1:], strict=True):
         out = emulator.case((exe, None), [1, 64, 130], 2, 1, pad=7)
-        form = f"{walk}{' after the rolled prep' if rolled else ''}{'' if tma else ' without TMA'}"
+        form = f"{walk}{'' if tma else ' without TMA'}"
         assert np.array_equal(out, first), f"{form} differs from {WALKS[0]}"
 
 
