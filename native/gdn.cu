@@ -279,6 +279,9 @@ __device__ __forceinline__ void acc_as_a_tf32(const float c[4], uint32_t a[4]) {
 // kLdTd = 24: the row stride of Td, whose B fragments are 8-byte loads of (row g, columns 2t, 2t + 1): the 16 lanes
 // of a half warp then cover 32 distinct banks.
 constexpr int kLdTd = 24;
+// kLdXs = 36: the row stride of a warp's staged block row; its fragment stores (row 2 t4 (+1), column gq) fall on
+// bank 8 t4 + gq, conflict-free, and its rows stay 16-byte aligned for the float4 reads.
+constexpr int kLdXs = 36;
 struct PrepSmem {
     bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
     bf16 V[kC * kLdKb];  // raw v rows (zeros past the chunk end)
@@ -288,6 +291,7 @@ struct PrepSmem {
     float beta[kC];
     float cw[kC];  // beta e^Gam / |k|
     float rk[kC];  // 1 / |k|
+    float Xs[kThreads / 32][16 * kLdXs];  // per warp: one block row of its 32 result columns, staged for the store
     int32_t seq_start[kPrepIndexMaxSeqs + 1];  // the index, when the block computes it (cu given)
     int32_t chunk_off[kPrepIndexMaxSeqs + 1];
 };
@@ -302,6 +306,8 @@ constexpr size_t kPrepMmaSmemP = sizeof(PrepSmemP);
 static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSmem keeps 16-byte alignment");
 static_assert(offsetof(PrepSmem, Td) % 8 == 0 && offsetof(PrepSmem, L) % 8 == 0,
               "Td's and L's B pairs are 8-byte loads");
+static_assert(offsetof(PrepSmem, Xs) % 16 == 0, "the staged block rows are read as float4");
+static_assert(2 * (kPrepMmaSmemP + 1024) <= 228 * 1024, "two prep blocks per SM (__launch_bounds__) still fit");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 // kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
@@ -426,7 +432,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
         const int n0 = 32 * (warp & 3);  // the warp's first column; m tile mt: columns n0 + 16 mt + gq (+ 8)
         const bf16 *rhs = is_w ? sm.K : sm.V;
         const float *coef = is_w ? sm.cw : sm.beta;
-        float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kLdUW + n0 + gq;
+        float *dst = reinterpret_cast<float *>(ws + (is_w ? lay.w : lay.u)) + slot * kC * kLdUW + n0;
+        float *xs = sm.Xs[warp];
         uint32_t xa[3][2][2][4];  // X_d^T as A fragments (tf32): [block row d][m tile][k step = d's n tile]
 #pragma unroll
         for (int b = 0; b < kC / 16; ++b) {
@@ -478,14 +485,23 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
                     for (int nt = 0; nt < 2; ++nt) mma_tf32(xacc[mt][nt], ca[mt][ks], bv[nt]);
             }
             // W is an operand of the walk's 1-term W S only, so it is stored rounded to tf32 (masked), which the walk
-            // then takes as is; U stays fp32
+            // then takes as is; U stays fp32. The block row goes through the warp's staging tile so that each global
+            // store is a float4 and a warp's store covers 4 whole 128-byte row pieces (lever 89), not 4 rows x 32 B.
 #pragma unroll
             for (int f = 0; f < 16; ++f) {
                 const int mt = f >> 3, nt = (f >> 2) & 1, e = f & 3;
-                const int row = 16 * b + 8 * nt + 2 * t4 + (e & 1), col = 16 * mt + 8 * (e >> 1);
+                const int row = 8 * nt + 2 * t4 + (e & 1), col = 16 * mt + gq + 8 * (e >> 1);
                 const float v = xacc[mt][nt][e];
-                dst[row * kLdUW + col] = is_w ? __uint_as_float(tf32_rna_bits(v) & 0xffffe000u) : v;
+                xs[row * kLdXs + col] = is_w ? __uint_as_float(tf32_rna_bits(v) & 0xffffe000u) : v;
             }
+            __syncwarp();
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {  // rows lane / 8 + 4 p, columns 4 (lane % 8)..
+                const int row = (lane >> 3) + 4 * p, c4 = 4 * (lane & 7);
+                *reinterpret_cast<float4 *>(dst + (16 * b + row) * kLdUW + c4) =
+                    *reinterpret_cast<const float4 *>(xs + row * kLdXs + c4);
+            }
+            __syncwarp();  // the next block row reuses xs
             if (b + 1 < kC / 16)
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
