@@ -293,7 +293,11 @@ def test_four_b_shape_numpy_reference_agrees_with_transformers_fp32(four_b, four
     validates the fp32 reference the GPU is judged against; the GPU result is checked against it too."""
     _, model, torch = four_b
     be = four_b_backend
-    rows = random_rows(rng, [100], be.config.vocab_size)
+    # four rows, not one: the GPU check below bounds a mean over rows, and one row's rms over 26 letters is noisy
+    # (session 35: one 100-token row, causal, read 0.1413 against transformers bf16's 0.1049, just over the bound,
+    # with the same bytes that passed an hour before on other random rows)
+    lengths = [100, 37, 64, 129]
+    rows = random_rows(rng, lengths, be.config.vocab_size)
     ref_backend = None
     for mode in ("bidirectional", "causal"):
         be.attention_mode = mode
@@ -310,7 +314,7 @@ def test_four_b_shape_numpy_reference_agrees_with_transformers_fp32(four_b, four
         print(f"4B {mode}: numpy reference {time.perf_counter() - t0:.1f} s; numpy fp32 vs transformers fp32 "
               f"max |dlogit| {between:.2e}")
         assert between < 1e-2, f"the two fp32 references disagree by {between}"
-        check_against_fp32(f"4B {mode} (numpy fp32 reference)", got, ref_bf16, ref_np, [100])
+        check_against_fp32(f"4B {mode} (numpy fp32 reference)", got, ref_bf16, ref_np, lengths)
 
 
 # ---- padding, graphs and split calls (tiny checkpoint) ---------------------------------------------------------------
