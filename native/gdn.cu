@@ -307,7 +307,9 @@ static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSm
 static_assert(offsetof(PrepSmem, Td) % 8 == 0 && offsetof(PrepSmem, L) % 8 == 0,
               "Td's and L's B pairs are 8-byte loads");
 static_assert(offsetof(PrepSmem, Xs) % 16 == 0, "the staged block rows are read as float4");
-static_assert(2 * (kPrepMmaSmemP + 1024) <= 228 * 1024, "two prep blocks per SM (__launch_bounds__) still fit");
+// 76.5 KiB per prep block, 93.75 KiB with P (lever 89's staging tiles: +18 KiB): two blocks per SM on sm_90, one on
+// the 99 KiB devices (sm_86 / sm_89), as before the tiles.
+static_assert(2 * (kPrepMmaSmemP + 1024) <= 228 * 1024, "two prep blocks per SM on sm_90 (228 KiB per SM)");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 // kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
