@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--library", default=None)
+    p.add_argument("--gdn-norm", choices=("auto", "off"), default="auto",
+                   help="auto: the GDN layer as the forward runs it (cs1_gdn_prefill_norm; above 640 rows its out "
+                        "kernel is gdn_out_norm_mma_kernel); off: cs1_gdn_prefill then cs1_gated_rms_norm")
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)
     lib = abi.load(args.library)
@@ -81,6 +84,16 @@ def main(argv=None) -> int:
 
         # counts at T rows: the last layer's tail (o, its norm, the MLP) runs on the read-out row alone in the
         # forward (CudaBackend tail_rows "auto"), so 31 of those per forward, not 32; the tail itself is not listed
+        z = ffi.cast("char *", proj) + 2 * CONV
+        if args.gdn_norm == "auto":  # the forward's form (CudaBackend gdn_norm "auto"): one call, the out kernel
+            gdn_ops = [("gdn_prefill_norm", 24, lambda: lib.cs1_gdn_prefill_norm(  # normalises its tile > 640 rows
+                conv, CONV, g, beta, i32(cu), 1, z, N_GDN, norm_w, 1, 1e-6, o, ln, ws, ws_b[0], T, HV, HKL,
+                128 ** -0.5, s))]
+        else:
+            gdn_ops = [("gdn_prefill", 24, lambda: lib.cs1_gdn_prefill(conv, CONV, g, beta, i32(cu), 1, o, ws, ws_b[0],
+                                                                       T, HV, HKL, 128 ** -0.5, s)),
+                       ("gated_rms_norm", 24, lambda: lib.cs1_gated_rms_norm(o, z, N_GDN, norm_w, 1, ln, T, HV, 128,
+                                                                             1e-6, s))]
         ops = [  # name, count per forward, op
             ("gemm gdn_in 12352x2560", 24, gemm_op(N_GDN, H, x, H)),
             ("gemm attn_qkv 10240x2560", 8, gemm_op(N_ATT, H, x, H)),
@@ -90,10 +103,7 @@ def main(argv=None) -> int:
             ("gdn_conv_gates", 24, lambda: lib.cs1_gdn_conv_gates(proj, N_GDN, conv_w, i32(pos), conv, T, CONV,
                                                                   ffi.cast("char *", proj) + 2 * (CONV + VDIM),
                                                                   a_log, dt_bias, beta, g, HV, s)),
-            ("gdn_prefill", 24, lambda: lib.cs1_gdn_prefill(conv, CONV, g, beta, i32(cu), 1, o, ws, ws_b[0], T, HV,
-                                                            HKL, 128 ** -0.5, s)),
-            ("gated_rms_norm", 24, lambda: lib.cs1_gated_rms_norm(o, ffi.cast("char *", proj) + 2 * CONV, N_GDN,
-                                                                  norm_w, 1, ln, T, HV, 128, 1e-6, s)),
+        ] + gdn_ops + [
             # the forward's forms (CudaBackend gate_in_prep "auto"): the gate's sigmoid in attn_prep
             ("attn_prep", 8, lambda: lib.cs1_attn_prep_sigmoid_gate(proj, N_ATT, qn, kn, i32(pos), inv, q, gate, k, T,
                                                                     HQ, HKV, DH, 64, 1e-6, s)),
