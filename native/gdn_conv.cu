@@ -5,11 +5,6 @@
 
 namespace {
 
-__device__ __forceinline__ void unpack8(const Pack8 &p, float *f) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = bf2f(p.v[e]);
-}
-
 // the 8 bf16 values of one 16-byte word group (element 2i in the low half of word i) as floats, exactly as bf2f
 __device__ __forceinline__ void unpack_words(const uint4 &u, float *f) {
     const uint32_t words[4] = {u.x, u.y, u.z, u.w};
@@ -26,23 +21,16 @@ unsigned int blocks_for(int64_t items, int threads) { return cs1_grid((items + t
 
 constexpr int kConvThreads = 128;  // consecutive 8-channel groups of one run: a warp reads 512 B of a row at once
 
-__device__ __forceinline__ Pack8 zero8() {
-    Pack8 p;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) p.v[e] = f2bf(0.0f);
-    return p;
-}
-
 // rows t-3+j (j = 0..3) from win[i + j] for output row t = tc + i; same fp32 fmaf order and skip rule as
 // gdn_conv1_kernel, so both paths give identical bytes
-__device__ __forceinline__ void conv_row(const Pack8 *win, int i, const float *wf, int pos, int64_t t,
+__device__ __forceinline__ void conv_row(const uint4 *win, int i, const float *wf, int pos, int64_t t,
                                          bf16 *__restrict__ dst) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         if (pos < 3 - j || t - 3 + j < 0) continue;  // history never crosses a prompt start
         float x[8];
-        unpack8(win[i + j], x);
+        unpack_words(win[i + j], x);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] = fmaf(wf[e * 4 + j], x[e], acc[e]);
     }
@@ -73,9 +61,13 @@ __device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t 
         const int64_t c0 = g * 8, t0 = (item / group_blocks) * run;
         const int64_t t_end = t0 + run < T ? t0 + run : T;
         const bf16 *col = qkv + c0;
-        // rows outside [0, t_end) are never used (skip rule, t < t_end): zeros keep them defined
+        // rows outside [0, t_end) are never used (skip rule, t < t_end): zeros keep them defined. A row is 4 words
+        // (lever 92): a Pack8 select compiled to a predicated PRMT per bf16 half (232 per 4-row step, 27 % of the
+        // stall samples at 2048 rows), where zeroed words and a predicated load need none.
         auto load_row = [&](int64_t s) {
-            return s >= 0 && s < t_end ? *reinterpret_cast<const Pack8 *>(col + s * ld) : zero8();
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (s >= 0 && s < t_end) v = __ldg(reinterpret_cast<const uint4 *>(col + s * ld));
+            return v;
         };
         // the 32 weights as four 16-byte loads issued with the rows' (read through a reference into global memory,
         // they compiled to 32 two-byte loads that waited for the rows: a second memory round trip per thread)
@@ -83,7 +75,7 @@ __device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t 
         const uint4 *wp = reinterpret_cast<const uint4 *>(w + c0 * 4);
 #pragma unroll
         for (int q = 0; q < 4; ++q) wv[q] = __ldg(wp + q);
-        Pack8 win[7];  // rows tc - 3 .. tc + 3
+        uint4 win[7];  // rows tc - 3 .. tc + 3
 #pragma unroll
         for (int k = 0; k < 7; ++k) win[k] = load_row(t0 - 3 + k);
         float wf[32];
@@ -91,7 +83,7 @@ __device__ __forceinline__ void conv_runs(const bf16 *__restrict__ qkv, int64_t 
         for (int q = 0; q < 4; ++q) unpack_words(wv[q], wf + 8 * q);  // wf[e * 4 + j] = w[c0 + e, j]
 #pragma unroll 1
         for (int64_t tc = t0; tc < t_end; tc += 4) {
-            Pack8 next[4];
+            uint4 next[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) next[k] = load_row(tc + 4 + k);
 #pragma unroll
