@@ -279,9 +279,15 @@ __device__ __forceinline__ void acc_as_a_tf32(const float c[4], uint32_t a[4]) {
 // kLdTd = 24: the row stride of Td, whose B fragments are 8-byte loads of (row g, columns 2t, 2t + 1): the 16 lanes
 // of a half warp then cover 32 distinct banks.
 constexpr int kLdTd = 24;
-// kLdXs = 36: the row stride of a warp's staged block row; its fragment stores (row 2 t4 (+1), column gq) fall on
-// bank 8 t4 + gq, conflict-free, and its rows stay 16-byte aligned for the float4 reads.
-constexpr int kLdXs = 36;
+// A warp's staged block row: 16 rows of 32 floats, unpadded (lever 93: prep<0> then fits three blocks per SM), its
+// 16-byte chunks swizzled: chunk k of row r sits at k ^ 2 ((r >> 1) & 3). The fragment stores (row 8 nt + 2 t4 (+1),
+// column 16 mt + 8 h + gq) then fall on bank (16 mt + 8 h + gq) ^ 8 t4: 32 distinct banks; the float4 reads (8 lanes
+// of one row, its 8 chunks) one 128-byte row per quarter warp: both conflict-free. (Written as col ^ (8 ((r >> 1) & 3)),
+// the same address, ptxas spilled 8 bytes at prep<0>'s 80 registers.)
+constexpr int kLdXs = 32;
+__device__ __forceinline__ int xs_at(int row, int col) {
+    return row * kLdXs + ((((col >> 2) ^ (2 * ((row >> 1) & 3))) << 2) | (col & 3));
+}
 struct PrepSmem {
     bf16 K[kC * kLdKb];  // raw k rows (zeros past the chunk end)
     bf16 V[kC * kLdKb];  // raw v rows (zeros past the chunk end)
@@ -307,22 +313,26 @@ static_assert(sizeof(PrepSmem) % 16 == 0 && sizeof(PrepSmemP) % 16 == 0, "PrepSm
 static_assert(offsetof(PrepSmem, Td) % 8 == 0 && offsetof(PrepSmem, L) % 8 == 0,
               "Td's and L's B pairs are 8-byte loads");
 static_assert(offsetof(PrepSmem, Xs) % 16 == 0, "the staged block rows are read as float4");
-// 76.5 KiB per prep block, 93.75 KiB with P (lever 89's staging tiles: +18 KiB): two blocks per SM on sm_90, one on
-// the 99 KiB devices (sm_86 / sm_89), as before the tiles.
-static_assert(2 * (kPrepMmaSmemP + 1024) <= 228 * 1024, "two prep blocks per SM on sm_90 (228 KiB per SM)");
+// 74.5 KiB per prep block, 91.75 KiB with P (lever 89's staging tiles: +16 KiB): three blocks per SM on sm_90 without
+// P (lever 93), two with P; one on the 99 KiB devices (sm_86 / sm_89), as before the tiles.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kPrepBlocksPerSm = 2;  // one fits on sm_86 / sm_89 anyway, and 80 registers spilled there
+#else
+constexpr int kPrepBlocksPerSm = 3;
+#endif
+constexpr int kPrepBlocksPerSmP = 2;
+static_assert(kPrepBlocksPerSm * (kPrepMmaSmem + 1024) <= 228 * 1024, "three prep blocks per SM on sm_90");
+static_assert(kPrepBlocksPerSmP * (kPrepMmaSmemP + 1024) <= 228 * 1024, "two prep blocks per SM with P on sm_90");
 
 // Also writes zeros into the padding rows (outside every prompt) of the flat 64-row window c of o.
 // kPOut (launched with kPrepMmaSmemP): also the walk's P = diag(qs) (Q_raw K_raw^T) diag(rk) .* D and qs for the
 // walk that reads them (kPIn), stored in the chunk's S0 slot (P [64][64], then qs [64]), which that walk leaves unused.
 // The same functions on the same operands as the walk that computes them itself: the same bytes.
 template <bool kPOut>
-__global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld,
-                                                                   const float *__restrict__ g,
-                                                                   const float *__restrict__ beta,
-                                                                   const int32_t *__restrict__ cu, int n_seqs, int T,
-                                                                   int H, int HK, float scale,
-                                                                   unsigned char *__restrict__ ws, Layout lay,
-                                                                   bf16 *__restrict__ o) {
+__global__ void __launch_bounds__(kThreads, kPOut ? kPrepBlocksPerSmP : kPrepBlocksPerSm)
+    gdn_prep_mma_kernel(const bf16 *__restrict__ qkv, int64_t ld, const float *__restrict__ g,
+                        const float *__restrict__ beta, const int32_t *__restrict__ cu, int n_seqs, int T, int H,
+                        int HK, float scale, unsigned char *__restrict__ ws, Layout lay, bf16 *__restrict__ o) {
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using Smem = std::conditional_t<kPOut, PrepSmemP, PrepSmem>;
@@ -494,14 +504,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_prep_mma_kernel(const bf16 *_
                 const int mt = f >> 3, nt = (f >> 2) & 1, e = f & 3;
                 const int row = 8 * nt + 2 * t4 + (e & 1), col = 16 * mt + gq + 8 * (e >> 1);
                 const float v = xacc[mt][nt][e];
-                xs[row * kLdXs + col] = is_w ? __uint_as_float(tf32_rna_bits(v) & 0xffffe000u) : v;
+                xs[xs_at(row, col)] = is_w ? __uint_as_float(tf32_rna_bits(v) & 0xffffe000u) : v;
             }
             __syncwarp();
 #pragma unroll
             for (int p = 0; p < 4; ++p) {  // rows lane / 8 + 4 p, columns 4 (lane % 8)..
                 const int row = (lane >> 3) + 4 * p, c4 = 4 * (lane & 7);
                 *reinterpret_cast<float4 *>(dst + (16 * b + row) * kLdUW + c4) =
-                    *reinterpret_cast<const float4 *>(xs + row * kLdXs + c4);
+                    *reinterpret_cast<const float4 *>(xs + xs_at(row, c4));
             }
             __syncwarp();  // the next block row reuses xs
             if (b + 1 < kC / 16)
@@ -1114,6 +1124,8 @@ int configure_device(GdnPath *path) {
     const char *p_in = getenv("CS1_GDN_P_IN");
     path->p_in = !(p_in && p_in[0] == '0') && path->out_bufs == 2 && have >= walk_smem(2, true, true);
     int st = allow_smem(gdn_prep_mma_kernel<false>, kPrepMmaSmem);
+    // three prep blocks per SM need the largest carveout too (lever 93), as the out kernels below
+    if (st == 0) st = max_carveout(gdn_prep_mma_kernel<false>);
     if (st == 0 && path->p_in) st = allow_smem(gdn_prep_mma_kernel<true>, kPrepMmaSmemP);
     if (st == 0) st = allow_smem(gdn_out_mma_kernel, kOutMmaSmem);
     if (st == 0) st = allow_smem(gdn_out_norm_mma_kernel, kOutMmaSmem);
