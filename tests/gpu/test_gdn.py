@@ -473,7 +473,7 @@ def test_prefill_many_4b_prompts_match_and_equal_separate_calls(cs1, gpu, rng):
         assert np.array_equal(alone, got[a:b]), f"prompt rows {a}:{b} differ from a separate call"
 
 
-_P_IN_CHILD = """
+_PREFILL_CHILD = """
 import sys
 import numpy as np
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/gpu"]
@@ -488,23 +488,28 @@ np.save(sys.argv[3], bf16.to_bits(o))
 """
 
 
-@pytest.mark.parametrize("lengths", [[160], [65], [128], [129], [256], [640], [1, 64, 65, 30]])
-def test_prefill_p_from_prep_gives_the_walks_own_bytes(cs1, gpu, rng, tmp_path, lengths):
-    """From 129 to 640 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory), and
-    from 65 rows where prep's grid has at most one block per SM (H100 / H200: one prompt of up to 192 rows). With
-    CS1_GDN_P_IN=0 the walk forms P and qs itself. The path is chosen once per process, so the second form runs in
-    a child process on the same inputs: the same bytes (the same products in the same order)."""
+def prefill_here_and_in_child(cs1, gpu, rng, tmp_path, lengths, env):
+    """One random prefill of prompts `lengths` (H = 32, HK = 16) in this process and in a child process with `env`
+    added to its environment (the GDN path is chosen once per process, from the environment): both outputs' bits."""
     h, hk = 32, 16
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     t = int(cu[-1])
     bits, ld, g, beta, *_ = prefill_inputs(rng, t, h, hk)
-    got = bf16.to_bits(run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk))
+    here = bf16.to_bits(run_prefill(cs1, gpu, bits, ld, g, beta, cu, t, h, hk))
     np.savez(tmp_path / "in.npz", bits=bits, ld=ld, g=g, beta=beta, cu=cu, t=t, h=h, hk=hk)
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "CS1_GDN_P_IN": "0"}
-    subprocess.run([sys.executable, "-c", _P_IN_CHILD, root, str(tmp_path / "in.npz"), str(tmp_path / "own.npy")],
-                   check=True, env=env, timeout=120)
-    own = np.load(tmp_path / "own.npy")
+    subprocess.run([sys.executable, "-c", _PREFILL_CHILD, root, str(tmp_path / "in.npz"), str(tmp_path / "child.npy")],
+                   check=True, env={**os.environ, **env}, timeout=120)
+    return here, np.load(tmp_path / "child.npy")
+
+
+@pytest.mark.parametrize("lengths", [[160], [65], [128], [129], [256], [640], [1, 64, 65, 30]])
+def test_prefill_p_from_prep_gives_the_walks_own_bytes(cs1, gpu, rng, tmp_path, lengths):
+    """From 129 to 640 rows the walk that writes O takes P and qs from prep (sm_90: 219.5 KiB of shared memory), and
+    from 65 rows where prep's grid has at most one block per SM (H100 / H200: one prompt of up to 192 rows). With
+    CS1_GDN_P_IN=0 (in a child process) the walk forms P and qs itself: the same bytes (the same products in the
+    same order)."""
+    got, own = prefill_here_and_in_child(cs1, gpu, rng, tmp_path, lengths, {"CS1_GDN_P_IN": "0"})
     assert got.tobytes() == own.tobytes(), "P from prep changed the output's bytes"
 
 
