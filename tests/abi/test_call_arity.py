@@ -34,7 +34,7 @@ def calls(path: Path):
 
 def test_gpu_side_calls_match_the_header():
     arity = declared_arity()
-    assert len(arity) > 40, "the header's declarations were not found"
+    assert set(arity) == set(abi.declared_functions()), "the arity parse missed a declaration of cs1.h"
     checked, wrong = 0, []
     for path in [p for d in ("benchmarks", "scripts", "tests/gpu") for p in sorted((ROOT / d).rglob("*.py"))]:
         for name, n, line in calls(path):
