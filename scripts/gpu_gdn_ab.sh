@@ -14,9 +14,11 @@
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py at MEMCHECK_LENGTHS (default 160 640 1024
 #             4096) on the new build (each length also runs one prompt over all its rows: at 160 prep makes P in one wave)
 #   racecheck compute-sanitizer racecheck (shared-memory hazards) of the GDN kernels alone in scripts/sanitize_driver.py
-#             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel)
+#             at RACECHECK_LENGTHS (default 160 1024: the walk that writes O, and the walk + out kernel);
+#             RACECHECK_KERNELS (a kernel-name substring, default gdn_) for another family, e.g. gated_attention
 #   kt        kernel_times of old and new alternately, ROUNDS times, at LENGTHS
-#   ncu       Nsight Compute durations of every GDN kernel, old and new (and mid with ab_mid/), at LENGTHS;
+#   ncu       Nsight Compute durations of every GDN kernel (NCU_KERNELS, a regex, default gdn_: another family,
+#             e.g. gated_attention), old and new (and mid with ab_mid/), at LENGTHS;
 #             NCU_EXPECT="name;name" (as the summary prints them, e.g. "gdn_prep_mma_kernel<0, 1>") says MISSING
 #             for each the new build did not launch (lever 86b's first call measured a path its cache had lost)
 #   detail    the full Nsight sections (stall reasons included) of the first DETAIL_LAUNCHES (2) launches of the new
@@ -148,7 +150,7 @@ if step memcheck; then
 fi
 if step racecheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-  CS1_LIBRARY=$NEW timeout 300 "$SAN" --tool racecheck --kernel-name kns=gdn_ --error-exitcode 86 --print-limit 20 \
+  CS1_LIBRARY=$NEW timeout 300 "$SAN" --tool racecheck --kernel-name kns=${RACECHECK_KERNELS:-gdn_} --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py --no-cublas ${RACECHECK_LENGTHS:-160 1024} >"$W/racecheck.log" 2>&1
   say "racecheck rc=$? $(grep -oE "(ERROR|RACECHECK) SUMMARY: .*" "$W/racecheck.log" | tail -n1); sizes run: $(grep -c "all kernels ran" "$W/racecheck.log")"
 fi
@@ -165,7 +167,7 @@ NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
 # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
 step ncu && for arm in old ${MID:+mid} new; do
   lib=$NEW; [ $arm = old ] && lib=$OLD; [ $arm = mid ] && lib=$MID
-  arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:gdn_ --metrics gpu__time_duration.sum,launch__grid_size \
+  arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:"${NCU_KERNELS:-gdn_}" --metrics gpu__time_duration.sum,launch__grid_size \
     --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
     --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
   say "ncu $arm rc=$?"
