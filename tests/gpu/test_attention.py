@@ -264,12 +264,17 @@ def test_wgmma_packed_prompts_equal_separate_calls(gpu, rng, layout):
 PAIR = -128  # CS1_ATTENTION_TILE_WGMMA_PAIR
 
 
-@pytest.mark.parametrize("layout", [str(t) for t in LENGTHS] + ["5+700+64+pad11"])
+PAIR_LAYOUTS = {"5+700+64+pad11": ([5, 700, 64], 11), "1+65+130+191+256+900": ([1, 65, 130, 191, 256, 900], 0)}
+
+
+@pytest.mark.parametrize("layout", [str(t) for t in LENGTHS] + list(PAIR_LAYOUTS))
 def test_wgmma_pair_block_is_byte_identical_to_one_head_blocks(gpu, rng, layout):
-    """Two heads per block share the K and V tiles; every warpgroup runs the same instructions as alone."""
+    """Two heads per block share the K and V tiles; each warpgroup does the same operations on O in the same order
+    as alone, so the bytes are the same. The second packed layout gives prompts of 1, 2, 3, 3, 4 and 15 key tiles (a
+    pipelined key loop's prologue, body and last step at each count: LEVERS 96)."""
     wgmma_or_skip(gpu)
     assert gpu.lib.raw.CS1_ATTENTION_TILE_WGMMA_PAIR == PAIR
-    case = make_case(rng, [5, 700, 64], 11) if "+" in layout else make_case(rng, [int(layout)])
+    case = make_case(rng, *PAIR_LAYOUTS[layout]) if "+" in layout else make_case(rng, [int(layout)])
     one = attention_on_device(gpu, case, causal=False, tile_rows=WGMMA)
     pair = attention_on_device(gpu, case, causal=False, tile_rows=PAIR)
     assert np.isfinite(bf16.from_bits(pair)).all()
