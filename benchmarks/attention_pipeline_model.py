@@ -1,4 +1,6 @@
-"""A model of the two-head wgmma attention's pipelined key loop (LEVERS 96), checked for every tile count.
+"""A model of the two-head wgmma attention's pipelined key loop (LEVERS 96), checked for every tile count. The loop
+is the one `benchmarks/prepared/96-attention-pipelined.patch` writes; main's kernel runs its phases one after the
+other until that lever lands.
 
     python3 -m benchmarks.attention_pipeline_model [--max-tiles 69]
 
@@ -56,7 +58,7 @@ class Schedule:
 
 
 def pipelined_loop(n: int) -> None:
-    """The loop of gated_attention_wgmma_kernel<2, 2> (native/attention.cu, STAGES == 2)."""
+    """The loop of gated_attention_wgmma_kernel<2, 2> as lever 96 writes it (native/attention.cu, STAGES == 2)."""
     s = Schedule(n)
     for st in range(2):  # prologue: [Q + K0] [V0] [K1] [V1]
         if st < n:

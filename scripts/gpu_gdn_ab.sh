@@ -150,7 +150,8 @@ if step memcheck; then
 fi
 if step racecheck; then
   SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-  CS1_LIBRARY=$NEW timeout 300 "$SAN" --tool racecheck --kernel-name kns=${RACECHECK_KERNELS:-gdn_} --error-exitcode 86 --print-limit 20 \
+  CS1_LIBRARY=$NEW timeout 300 "$SAN" --tool racecheck --kernel-name kns="${RACECHECK_KERNELS:-gdn_}" \
+    --error-exitcode 86 --print-limit 20 \
     python3 scripts/sanitize_driver.py --no-cublas ${RACECHECK_LENGTHS:-160 1024} >"$W/racecheck.log" 2>&1
   say "racecheck rc=$? $(grep -oE "(ERROR|RACECHECK) SUMMARY: .*" "$W/racecheck.log" | tail -n1); sizes run: $(grep -c "all kernels ran" "$W/racecheck.log")"
 fi
@@ -167,9 +168,10 @@ NCU=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
 # per-kernel durations of the GDN kernels (Nsight Compute, clocks as found)
 step ncu && for arm in old ${MID:+mid} new; do
   lib=$NEW; [ $arm = old ] && lib=$OLD; [ $arm = mid ] && lib=$MID
-  arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:"${NCU_KERNELS:-gdn_}" --metrics gpu__time_duration.sum,launch__grid_size \
-    --csv --log-file "$W/ncu-$arm.csv" python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" \
-    --calls 1 --trials 1 >"$W/ncu-$arm.log" 2>&1
+  arm_run $arm timeout 150 "$NCU" --clock-control none -k regex:"${NCU_KERNELS:-gdn_}" \
+    --metrics gpu__time_duration.sum,launch__grid_size --csv --log-file "$W/ncu-$arm.csv" \
+    python3 -m benchmarks.kernel_times --library "$lib" --lengths "$LENGTHS" --calls 1 --trials 1 \
+    >"$W/ncu-$arm.log" 2>&1
   say "ncu $arm rc=$?"
   EXPECT=""; [ $arm = new ] && EXPECT=${NCU_EXPECT:-}
   python3 - "$W/ncu-$arm.csv" "$EXPECT" <<'PY' | tee -a "$S"
