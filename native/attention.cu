@@ -204,6 +204,16 @@ __device__ __forceinline__ void inverse_row_sums(const float (&row_sum)[2], floa
     }
 }
 
+// one 16-byte piece of an output row: bf16(attn) a times the gate gt (bf16 pairs)
+__device__ __forceinline__ uint4 gate_piece(const uint4 a, const uint4 gt, bool is_sigmoid) {
+    uint4 o;
+    o.x = gate_pair(a.x, gt.x, is_sigmoid);
+    o.y = gate_pair(a.y, gt.y, is_sigmoid);
+    o.z = gate_pair(a.z, gt.z, is_sigmoid);
+    o.w = gate_pair(a.w, gt.w, is_sigmoid);
+    return o;
+}
+
 // out = bf16(attn) * bf16(sigmoid(gate)) for the 16 rows of one warp and head from wrow0 (those before seq_len):
 // bf16(attn) staged at sO (row stride kRowElems), out0 = the first row's element offset + lane * 8; one full
 // 512-byte row per iteration. The gate comes from global memory, or (sG non-null) from the warp's 16 rows staged
@@ -214,13 +224,30 @@ __device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint
         const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
         const uint4 gt = sG != nullptr ? *reinterpret_cast<const uint4 *>(sG + i * kHeadDim + lane * 8)
                                        : __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
-        uint4 o;
-        const bool is_sigmoid = p.gate_is_sigmoid != 0;
-        o.x = gate_pair(a.x, gt.x, is_sigmoid);
-        o.y = gate_pair(a.y, gt.y, is_sigmoid);
-        o.z = gate_pair(a.z, gt.z, is_sigmoid);
-        o.w = gate_pair(a.w, gt.w, is_sigmoid);
-        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = o;
+        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = gate_piece(a, gt, p.gate_is_sigmoid != 0);
+    }
+}
+
+// The gate of the warp's 16 rows (those before seq_len; out0 as above) into registers, every load issued before
+// any is used: the loop above waits for each row's load before it issues the next (16 global latencies in a row,
+// ~9 % of the two-head wgmma kernel's warp time at 2,048 rows in Nsight's stall samples).
+__device__ __forceinline__ void load_gate_rows(const AttnParams &p, int64_t ldq, int64_t out0, int wrow0, int seq_len,
+                                               uint4 (&gt)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+        if (wrow0 + i < seq_len) gt[i] = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
+}
+
+// store_gated_rows with the gate already in registers (load_gate_rows). Unrolled (the gate is in registers), so the
+// sigmoid's form is a template argument: the path the forward runs (sigmoid in attn_prep) stays short code.
+template <bool kGateIsSigmoid>
+__device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint16_t *sO, int64_t ldq, int64_t out0,
+                                                 int wrow0, int seq_len, int lane, const uint4 (&gt)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        if (wrow0 + i >= seq_len) break;
+        const uint4 a = *reinterpret_cast<const uint4 *>(sO + i * kRowElems + lane * 8);
+        *reinterpret_cast<uint4 *>(p.out + out0 + i * ldq) = gate_piece(a, gt[i], kGateIsSigmoid);
     }
 }
 
@@ -643,6 +670,10 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         }
         cp_async_commit();
     }
+    // two heads: the gate's loads go out now and land while the output is staged
+    const auto row_offset = [&] { return static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8; };
+    uint4 gate_rows[16];
+    if (NH == 2) load_gate_rows(p, ldq, row_offset(), wrow0, seq_len, gate_rows);
     cp_async_wait<0>();
     if (NH == 1) __syncthreads();  // the gate rows, loaded by every thread of the block
 
@@ -668,8 +699,13 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
                 pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
         }
     __syncwarp();
-    const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
-    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
+    const int64_t out0 = row_offset();
+    if (NH == 2 && p.gate_is_sigmoid != 0)
+        store_gated_rows<true>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
+    else if (NH == 2)
+        store_gated_rows<false>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
+    else
+        store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
 #else
     __trap();  // not built for sm_90a: the dispatcher never launches it there
 #endif
