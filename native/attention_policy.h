@@ -59,7 +59,7 @@ inline bool use_wgmma(const DeviceCaps &c, bool causal, bool built, int smem_byt
     return built && !causal && c.cc_major == 9 && c.cc_minor == 0 && c.smem_optin >= smem_bytes;
 }
 // From this many rows (the window T) the wgmma kernel takes two heads per block (same bytes as one head).
-constexpr int64_t kWgmmaPairMinRows = 1024;
+constexpr int64_t kWgmmaPairMinRows = 768;
 
 // The automatic policy: 128 or 64 query rows per block for a window of `rows` query rows.
 inline int choose_tile_rows(const DeviceCaps &c, int64_t rows) {
