@@ -436,11 +436,12 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 //
 // One warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. A block holds NH = 1 or 2
 // warpgroups: with 2, the two q heads of one key/value head share every K and V tile (double-buffered), half the
-// loads per query row; measured 1.03-1.05x from 1024 rows and slower below (half as many blocks), so the automatic
-// choice takes it from kWgmmaPairMinRows rows. Each warpgroup runs the same instructions in the same order either
-// way, so the two forms give the same bytes. S = Q K^T and O += P V run on wgmma (m64n64k16, fp32 accumulators): Q
-// and K from shared memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared
-// memory read as an MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte
+// loads per query row; on the H100 1.05-1.06x one head at 768-2048 rows and slower at 512 and below (half as many
+// blocks; LEVERS 98), so the automatic choice takes it from kWgmmaPairMinRows rows. Each warpgroup runs the same
+// arithmetic in the same order either way (only the epilogue's gate loads are issued differently), so the two forms
+// give the same bytes. S = Q K^T and O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared
+// memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read as an
+// MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte
 // swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per
 // Q head and per K or V tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
 // Needs sm_90a (wgmma): the build compiles it for that target only (CS1_SM90A_KERNELS), and the dispatcher picks it
