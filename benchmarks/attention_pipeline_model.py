@@ -1,6 +1,7 @@
 """A model of the two-head wgmma attention's pipelined key loop (LEVERS 96), checked for every tile count. The loop
-is the one `benchmarks/prepared/96-attention-pipelined.patch` writes; main's kernel runs its phases one after the
-other until that lever lands.
+is the one lever 96's patch wrote (`git show 66e940f:benchmarks/prepared/96-attention-pipelined.patch`); that lever
+was refused in session 38, so main's kernel runs its phases one after the other. Kept as the check to reuse for the
+next schedule of that loop.
 
     python3 -m benchmarks.attention_pipeline_model [--max-tiles 69]
 
