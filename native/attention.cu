@@ -441,9 +441,9 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 // arithmetic in the same order either way (only the epilogue's gate loads are issued differently), so the two forms
 // give the same bytes. S = Q K^T and O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared
 // memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read as an
-// MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte
-// swizzled (16-byte chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per
-// Q head and per K or V tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
+// MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk
+// c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per Q head and per K or V
+// tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
 // Needs sm_90a (wgmma): the build compiles it for that target only (CS1_SM90A_KERNELS), and the dispatcher picks it
 // only on compute capability 9.0. Its bits differ from the mma.sync kernels (the tensor cores sum in another
 // order), so a device uses one family for every length.

@@ -58,7 +58,8 @@ inline bool arch_prefers_wide(const DeviceCaps &c) {
 inline bool use_wgmma(const DeviceCaps &c, bool causal, bool built, int smem_bytes) {
     return built && !causal && c.cc_major == 9 && c.cc_minor == 0 && c.smem_optin >= smem_bytes;
 }
-// From this many rows (the window T) the wgmma kernel takes two heads per block (same bytes as one head).
+// From this many rows (the window T) the wgmma kernel takes two heads per block (same bytes as one head): 768 since
+// lever 98 (LEVERS; 1024 before the pair's gate loads went out together, lever 97).
 constexpr int64_t kWgmmaPairMinRows = 768;
 
 // The automatic policy: 128 or 64 query rows per block for a window of `rows` query rows.
