@@ -270,8 +270,8 @@ PAIR_LAYOUTS = {"5+700+64+pad11": ([5, 700, 64], 11), "1+65+130+191+256+900": ([
 @pytest.mark.parametrize("layout", [str(t) for t in LENGTHS] + list(PAIR_LAYOUTS))
 def test_wgmma_pair_block_is_byte_identical_to_one_head_blocks(gpu, rng, layout):
     """Two heads per block share the K and V tiles; each warpgroup does the same operations on O in the same order
-    as alone, so the bytes are the same. The second packed layout gives prompts of 1, 2, 3, 3, 4 and 15 key tiles (a
-    pipelined key loop's prologue, body and last step at each count: LEVERS 96)."""
+    as alone, so the bytes are the same (the two-head epilogue loads its gate rows differently: LEVERS 97). The
+    second packed layout gives prompts of 1, 2, 3, 3, 4 and 15 key tiles, and rows that end inside a warp's 16."""
     wgmma_or_skip(gpu)
     assert gpu.lib.raw.CS1_ATTENTION_TILE_WGMMA_PAIR == PAIR
     case = make_case(rng, *PAIR_LAYOUTS[layout]) if "+" in layout else make_case(rng, [int(layout)])
