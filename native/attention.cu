@@ -439,11 +439,11 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 // loads per query row; on the H100 1.05-1.06x one head at 768-2048 rows and slower at 512 and below (half as many
 // blocks; LEVERS 98), so the automatic choice takes it from kWgmmaPairMinRows rows. Each warpgroup runs the same
 // arithmetic in the same order either way (only the epilogue's gate loads are issued differently), so the two forms
-// give the same bytes. S = Q K^T and O += P V run on wgmma (m64n64k16, fp32 accumulators): Q and K from shared
-// memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read as an
-// MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte chunk
-// c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per Q head and per K or V
-// tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
+// give the same bytes. S = Q K^T runs on wgmma m64n64k16 and O += P V on m64n256k16 (fp32 accumulators): Q and K
+// from shared memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read
+// as an MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte
+// chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per Q head and per K
+// or V tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
 // Needs sm_90a (wgmma): the build compiles it for that target only (CS1_SM90A_KERNELS), and the dispatcher picks it
 // only on compute capability 9.0. Its bits differ from the mma.sync kernels (the tensor cores sum in another
 // order), so a device uses one family for every length.
@@ -502,6 +502,15 @@ __device__ __forceinline__ void wg_load_gate(uint32_t s, const uint16_t *g, int6
 #define CS1_WG_D32                                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
     "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// the 128 accumulator operands of an m64n256 wgmma
+#define CS1_WG_D128 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, " \
+    "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, " \
+    "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, " \
+    "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define CS1_WG_D32_OPERANDS(d)                                                                                   \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
@@ -516,14 +525,19 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t a, uint64_t b
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// d (64x64 fp32) += A (64x16 bf16 in registers, the mma.m16n8k16 A layout per warp) * B (16x64, MN-major in smem)
-__device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CS1_WG_D32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-                 : CS1_WG_D32_OPERANDS(d)
+// d (64x256 fp32, as four 64x64 panels: panel n holds columns 64n..) += A (64x16 bf16 in registers, the
+// mma.m16n8k16 A layout per warp) * B (16x256, MN-major in shared memory: the four 64-column panels of a tile,
+// kWgPanelBytes apart, the descriptor's leading offset). One instruction per 16 keys where four m64n64k16 re-sent the
+// same A fragment; each output element sees the same k16 steps in the same order.
+__device__ __forceinline__ void wg_mma_rs_n256(float (&d)[4][32], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" CS1_WG_D128
+                 "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
+                 : CS1_WG_D32_OPERANDS(d[0]), CS1_WG_D32_OPERANDS(d[1]), CS1_WG_D32_OPERANDS(d[2]),
+                   CS1_WG_D32_OPERANDS(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 #undef CS1_WG_D32
+#undef CS1_WG_D128
 #undef CS1_WG_D32_OPERANDS
 #endif
 
@@ -667,10 +681,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         __syncthreads();  // this V tile has landed
         wg_fence();
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)  // keys 16kk.. of panel n: 16 rows of 128 bytes in
-                wg_mma_rs(acc[n], pa[kk], wg_desc(sV + n * kWgPanelBytes + kk * 2048, kWgPanelBytes, 1024));
+        for (int kk = 0; kk < 4; ++kk)  // keys 16kk..: 16 rows of 128 bytes into every panel
+            wg_mma_rs_n256(acc, pa[kk], wg_desc(sV + kk * 2048, kWgPanelBytes, 1024));
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warpgroup is done with this V tile
