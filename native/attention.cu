@@ -539,6 +539,58 @@ __device__ __forceinline__ void wg_mma_rs_n256(float (&d)[4][32], const uint32_t
 #undef CS1_WG_D32
 #undef CS1_WG_D128
 #undef CS1_WG_D32_OPERANDS
+
+// One key tile's online softmax for a warpgroup (accumulator layout of m64n64, below): the scores s (raw Q K^T of
+// keys key0..) become P, the running row maxima and partial sums move on, O (acc) is rescaled where a maximum grew,
+// and P is packed as bf16 A fragments of 16 keys each for P V. Every wgmma form runs this same arithmetic, so each
+// gives the same bytes.
+__device__ __forceinline__ void wg_softmax_step(float (&s)[32], int key0, int seq_len, int t, float scale_log2,
+                                                float (&row_max)[2], float (&row_sum)[2], float (&acc)[4][32],
+                                                uint32_t (&pa)[4][4]) {
+    const bool need_mask = key0 + kWgKeys > seq_len;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        float x = __fmul_rn(s[i], scale_log2);
+        if (need_mask && key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= seq_len) x = -INFINITY;
+        s[i] = x;
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // explicit _rn arithmetic: no FMA contraction
+        float mx = row_max[r];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        alpha[r] = exp2_ftz(row_max[r] - mx);  // every tile has a valid key: mx is finite
+        row_max[r] = mx;
+        row_sum[r] = __fmul_rn(row_sum[r], alpha[r]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            s[4 * j + 2 * r] = exp2_ftz(__fsub_rn(s[4 * j + 2 * r], mx));
+            s[4 * j + 2 * r + 1] = exp2_ftz(__fsub_rn(s[4 * j + 2 * r + 1], mx));
+            row_sum[r] = __fadd_rn(row_sum[r], __fadd_rn(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        }
+    }
+    if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                acc[n][4 * j] *= alpha[0];
+                acc[n][4 * j + 1] *= alpha[0];
+                acc[n][4 * j + 2] *= alpha[1];
+                acc[n][4 * j + 3] *= alpha[1];
+            }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
 #endif
 
 // Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
@@ -631,50 +683,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         }
         cp_async_commit();
 
-        const bool need_mask = key0 + kWgKeys > seq_len;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            float x = __fmul_rn(s[i], p.scale_log2);
-            if (need_mask && key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= seq_len) x = -INFINITY;
-            s[i] = x;
-        }
-        float alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {  // explicit _rn arithmetic: no FMA contraction
-            float mx = row_max[r];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-            alpha[r] = exp2_ftz(row_max[r] - mx);  // every tile has a valid key: mx is finite
-            row_max[r] = mx;
-            row_sum[r] = __fmul_rn(row_sum[r], alpha[r]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                s[4 * j + 2 * r] = exp2_ftz(__fsub_rn(s[4 * j + 2 * r], mx));
-                s[4 * j + 2 * r + 1] = exp2_ftz(__fsub_rn(s[4 * j + 2 * r + 1], mx));
-                row_sum[r] = __fadd_rn(row_sum[r], __fadd_rn(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            }
-        }
-        if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-            for (int n = 0; n < 4; ++n)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    acc[n][4 * j] *= alpha[0];
-                    acc[n][4 * j + 1] *= alpha[0];
-                    acc[n][4 * j + 2] *= alpha[1];
-                    acc[n][4 * j + 3] *= alpha[1];
-                }
-        }
         uint32_t pa[4][4];  // P as bf16 A fragments, 16 keys each
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
-            pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-        }
+        wg_softmax_step(s, key0, seq_len, t, p.scale_log2, row_max, row_sum, acc, pa);
 
         cp_async_wait<2 * STAGES - 1>();
         fence_async_shared();
@@ -733,6 +743,166 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
 #endif
 }
 
+// ---- sm_90: the two-head form, warpgroups in turns ------------------------------------------------------------
+//
+// The two q heads of one kv head, 64 query rows each, one warpgroup per head, sharing every K and V tile (2 stages).
+// No block barrier in the key loop: each stage's tiles have mbarriers, "full" (completes when every thread's copies
+// into it have landed: cp.async.mbarrier.arrive) and "empty" (when every thread has read it), and two named
+// barriers hand the tensor cores over in turns: S(kt) of head 0, S(kt) of head 1, P V(kt) of head 0, P V(kt) of
+// head 1, ... so one warpgroup's softmax runs while the other's MMAs do (the block-barrier form ran both softmaxes at
+// once, the tensor cores idle). Each thread loads its share of the next tiles in the shadow of its own MMA waits:
+// V(kt + 1) once its S(kt) is issued, K(kt + 2) once its P V(kt) is. Each warpgroup's arithmetic is the one-head
+// kernel's, in the same order (wg_softmax_step, the same MMAs): the same bytes.
+// Shared memory: Q of head 0 and 1, each with the 1 KiB more that its epilogue's padded output rows need (the other
+// head may still read its own Q then), 2 stages of K and V, 8 mbarriers.
+constexpr int kPairQBytes = 34 * 1024;
+constexpr int kPairStages = 2;
+constexpr int kPairBarOffset = 2 * kPairQBytes + 2 * kPairStages * kWgTileBytes;
+constexpr int wg_pair_smem_bytes() { return kPairBarOffset + 4 * kPairStages * 8 + 1024; }
+static_assert(64 * kRowElems * 2 <= kPairQBytes && kPairQBytes % 1024 == 0, "a head's output rows fit its Q room");
+
+__global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(const AttnParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t wg_smem_raw[];
+    const uint32_t base = (smem_u32(wg_smem_raw) + 1023u) & ~1023u;
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;  // which head of the pair
+    const int wtid = tid & 127;
+    // K (v = 0) or V (v = 1) of key tile kt, and that stage's "full" and "empty" mbarriers
+    const auto sKV = [&](int kt, int v) { return base + 2 * kPairQBytes + (2 * (kt % kPairStages) + v) * kWgTileBytes; };
+    const auto full_bar = [&](int kt, int v) { return base + kPairBarOffset + (2 * (kt % kPairStages) + v) * 8; };
+    const auto empty_bar = [&](int kt, int v) { return full_bar(kt, v) + 2 * kPairStages * 8; };
+    const auto phase = [](int kt) { return static_cast<uint32_t>(kt / kPairStages) & 1u; };
+
+    const int head_groups = p.Hq / 2;
+    const int head = (blockIdx.x % head_groups) * 2 + wg;
+    const int slot = blockIdx.x / head_groups;
+    TileWork w;
+    if (!find_tile<kWgRows, false>(p, slot, w)) return;
+    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;
+    const int row0 = w.tile * kWgRows;
+    const int seq_len = w.end - w.start;
+    if (w.padding) {  // padding rows: zeros
+        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, wtid, 128);
+        return;
+    }
+    const HeadRows in = head_rows(p, w, ldq, row0, head);
+    const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
+    // this thread's share (rows 8i + tid / 32) of key tile kt's K or V, counted on its "full" mbarrier
+    const auto load_kv = [&](int kt, int v) {
+        const int key0 = kt * kWgKeys;
+        if (v == 0)
+            wg_load_tile<256>(sKV(kt, 0), in.k + key0 * in.ldk, in.ldk, min(kWgKeys, seq_len - key0), tid);
+        else
+            wg_load_tile<256>(sKV(kt, 1), in.v + key0 * p.ldv, p.ldv, min(kWgKeys, seq_len - key0), tid);
+        cp_async_mbar_arrive(full_bar(kt, v));
+    };
+
+    if (tid == 0) {
+        for (int i = 0; i < 2 * kPairStages; ++i) {
+            mbar_init(base + kPairBarOffset + i * 8, 256);                      // full: every thread's copies
+            mbar_init(base + kPairBarOffset + (2 * kPairStages + i) * 8, 256);  // empty: every thread's reads
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();  // the mbarriers exist before anyone arrives or waits
+
+    const uint32_t sQ = base + wg * kPairQBytes;
+    wg_load_tile<128>(sQ, in.q, ldq, min(kWgRows, seq_len - row0), wtid);
+    cp_async_commit();
+    for (int kt = 0; kt < kPairStages && kt < n_key_tiles; ++kt) {
+        load_kv(kt, 0);
+        load_kv(kt, 1);
+    }
+
+    const int warp = wtid >> 5;  // warp in its warpgroup: accumulator rows 16 warp..
+    const int lane = tid & 31;
+    const int t = lane & 3;
+    const int wrow0 = row0 + warp * 16;
+    // named barriers 1 and 2: "head 1 may issue its next MMAs", "head 0 may"; 3 and 4: a head's Q has landed
+    const int my_turn = 2 - wg, their_turn = 1 + wg;
+
+    float acc[4][32];  // O: 64 rows x 256 columns, as four 64-column panels
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[n][i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};  // scaled base-2 units
+    float row_sum[2] = {0.f, 0.f};              // this thread's partial sums; reduced over the quad at the end
+
+    cp_async_wait<0>();  // Q (the K and V copies are in no group: their mbarriers count them)
+    fence_async_shared();
+    named_bar_sync(3 + wg, 128);
+    for (int kt = 0; kt < n_key_tiles; ++kt) {
+        mbar_wait(full_bar(kt, 0), phase(kt));
+        fence_async_shared();  // the copies, seen through the mbarrier, made visible to wgmma's reads
+        if (wg == 1 || kt > 0) named_bar_sync(my_turn, 256);
+        float s[32];
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16-column steps: panel ks / 4, 32 bytes in
+            const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
+            wg_mma_ss(s, wg_desc(sQ + off, 16, 1024), wg_desc(sKV(kt, 0) + off, 16, 1024), ks > 0);
+        }
+        wg_commit();
+        named_bar_arrive(their_turn, 256);
+        if (kt >= 1 && kt + 1 < n_key_tiles) {  // V(kt + 1) into the stage both heads' P V(kt - 1) read
+            mbar_wait(empty_bar(kt - 1, 1), phase(kt - 1));
+            load_kv(kt + 1, 1);
+        }
+        wg_wait_all();
+        mbar_arrive(empty_bar(kt, 0));
+
+        uint32_t pa[4][4];
+        wg_softmax_step(s, kt * kWgKeys, seq_len, t, p.scale_log2, row_max, row_sum, acc, pa);
+
+        mbar_wait(full_bar(kt, 1), phase(kt));
+        fence_async_shared();
+        named_bar_sync(my_turn, 256);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)  // keys 16kk..: 16 rows of 128 bytes into every panel
+            wg_mma_rs_n256(acc, pa[kk], wg_desc(sKV(kt, 1) + kk * 2048, kWgPanelBytes, 1024));
+        wg_commit();
+        if (wg == 0 || kt + 1 < n_key_tiles) named_bar_arrive(their_turn, 256);  // head 1's last issue: no one waits
+        if (kt + kPairStages < n_key_tiles) {  // K(kt + 2) into the stage both heads' S(kt) read
+            mbar_wait(empty_bar(kt, 0), phase(kt));
+            load_kv(kt + kPairStages, 0);
+        }
+        wg_wait_all();
+        mbar_arrive(empty_bar(kt, 1));
+    }
+    // the gate's loads go out now and land while the output is staged
+    const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
+    uint4 gate_rows[16];
+    load_gate_rows(p, ldq, out0, wrow0, seq_len, gate_rows);
+    if (wrow0 >= seq_len) return;
+    // Epilogue: bf16(attn) staged in this warp's own rows of its head's Q room (its last S has completed; the other
+    // head never reads there), then the gate with 16-byte loads and stores.
+    float inv[2];
+    inverse_row_sums(row_sum, inv);
+    const int g = lane >> 2;
+    uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (sQ - smem_u32(wg_smem_raw))) + warp * 16 * kRowElems;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int col = n * 64 + j * 8 + 2 * t;
+            *reinterpret_cast<uint32_t *>(sO + g * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j] * inv[0], acc[n][4 * j + 1] * inv[0]);
+            *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
+        }
+    __syncwarp();
+    if (p.gate_is_sigmoid != 0)
+        store_gated_rows<true>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
+    else
+        store_gated_rows<false>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
+#else
+    __trap();  // not built for sm_90a: the dispatcher never launches it there
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------------------
 
 // kernel ids for the per-device "dynamic smem attribute set" bits
@@ -746,7 +916,7 @@ const void *kernel_for(int id) {
         case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
         case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
         case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<1, wg_stages(1)>);
-        case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<2, wg_stages(2)>);
+        case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_pair_kernel);
         default: return nullptr;
     }
 }
@@ -835,7 +1005,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     // wgmma: explicitly, or automatically where it runs (both forms give the same bytes, so the automatic choice
     // between them may follow the window: two heads per block from kWgmmaPairMinRows rows, when the group allows)
     const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes(1));
-    const bool pair_ok = wgmma_here && (Hq / Hk) % 2 == 0 && caps.smem_optin >= wg_smem_bytes(2);
+    const bool pair_ok = wgmma_here && (Hq / Hk) % 2 == 0 && caps.smem_optin >= wg_pair_smem_bytes();
     const bool want_wgmma = tile_rows == CS1_ATTENTION_TILE_WGMMA || tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR;
     if (want_wgmma || (tile_rows == 0 && wgmma_here)) {
         if (!wgmma_here || (tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR && !pair_ok)) return CS1_ERR_UNSUPPORTED;
@@ -845,7 +1015,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
                               : 1;
         const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
         if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
-        const int bytes = wg_smem_bytes(heads);
+        const int bytes = heads == 2 ? wg_pair_smem_bytes() : wg_smem_bytes(1);
         status = g_device_cache.ensure_smem(device, wgmma_kernel_id(heads), bytes);
         if (status != 0) return status;
         const AttnParams p =
@@ -853,7 +1023,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
         const unsigned blocks = static_cast<unsigned>(slots * Hq / heads);
         cudaStream_t s = static_cast<cudaStream_t>(stream);
         if (heads == 2)
-            gated_attention_wgmma_kernel<2, wg_stages(2)><<<blocks, 256, bytes, s>>>(p);
+            gated_attention_wgmma_pair_kernel<<<blocks, 256, bytes, s>>>(p);
         else
             gated_attention_wgmma_kernel<1, wg_stages(1)><<<blocks, 128, bytes, s>>>(p);
         return static_cast<int>(cudaGetLastError());

@@ -79,6 +79,29 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     __trap();
 #endif
 }
+// one arrival on bar (release semantics: this thread's earlier shared-memory reads are done before it counts)
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// one arrival on bar once every cp.async this thread has issued so far has landed (.noinc: bar's count includes it)
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+// named barrier `id` (1-15; 0 is __syncthreads) of `count` threads: wait there, or count as arrived and go on
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, counted on `bar` as bytes
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
