@@ -432,35 +432,30 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
 #endif
 }
 
-// ---- sm_90: warpgroup MMA (wgmma) kernel, bidirectional -------------------------------------------------------
+// ---- sm_90: warpgroup MMA (wgmma) kernels, bidirectional -------------------------------------------------------
 //
-// One warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. A block holds NH = 1 or 2
-// warpgroups: with 2, the two q heads of one key/value head share every K and V tile (double-buffered), half the
-// loads per query row; on the H100 1.05-1.06x one head at 768-2048 rows and slower at 512 and below (half as many
-// blocks; LEVERS 98), so the automatic choice takes it from kWgmmaPairMinRows rows. Each warpgroup runs the same
-// arithmetic in the same order either way (only the epilogue's gate loads are issued differently), so the two forms
-// give the same bytes. S = Q K^T runs on wgmma m64n64k16 and O += P V on m64n256k16 (fp32 accumulators): Q and K
-// from shared memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read
+// One warpgroup (128 threads) = 64 query rows of one (prompt, q head); keys in tiles of 64. Two forms: one head per
+// block (gated_attention_wgmma_kernel: two blocks per SM), and the two q heads of one key/value head per block
+// (gated_attention_wgmma_pair_kernel, below: they share every K and V tile, double-buffered, half the loads per query
+// row, and take the tensor cores in turns), which the automatic choice takes from kWgmmaPairMinRows rows (LEVERS 98,
+// 101). Each warpgroup runs the same arithmetic in the same order in both (wg_softmax_step, the same MMAs), so the two
+// forms give the same bytes. S = Q K^T runs on wgmma m64n64k16 and O += P V on m64n256k16 (fp32 accumulators): Q and
+// K from shared memory, P from registers (bf16, the same rounding as the mma.sync kernels), V from shared memory read
 // as an MN-major operand. Shared tiles are 4 panels of 64 columns x 64 rows x 128 bytes, 128-byte swizzled (16-byte
-// chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name. 32 KiB per Q head and per K
-// or V tile and stage: 1-head blocks (96 KiB) run two per SM, 2-head blocks (193 KiB) one.
-// Needs sm_90a (wgmma): the build compiles it for that target only (CS1_SM90A_KERNELS), and the dispatcher picks it
-// only on compute capability 9.0. Its bits differ from the mma.sync kernels (the tensor cores sum in another
+// chunk c of row r stored at chunk c ^ (r % 8)), the layout the wgmma descriptors name: 32 KiB per Q head and per K
+// or V tile and stage.
+// Needs sm_90a (wgmma): the build compiles them for that target only (CS1_SM90A_KERNELS), and the dispatcher picks
+// them only on compute capability 9.0. Their bits differ from the mma.sync kernels (the tensor cores sum in another
 // order), so a device uses one family for every length.
 
 constexpr int kWgRows = 64;                      // query rows per warpgroup
 [[maybe_unused]] constexpr int kWgKeys = 64;     // keys per tile (used only in the sm_90a pass)
 constexpr int kWgPanelBytes = 64 * 128;          // one 64-column panel of a 64-row tile
 constexpr int kWgTileBytes = 4 * kWgPanelBytes;  // 64 rows x 256 columns of bf16
-// The two forms the dispatcher launches: one head per block with single K/V tiles (two blocks per SM), or two heads
-// with double-buffered K/V tiles (the next tile loads during a whole step; one block per SM).
-constexpr int wg_stages(int heads) { return heads == 1 ? 1 : 2; }
-// Q per head, K and V per stage + slack to align the base to 1024 bytes
-// One head per block (short prompts) also stages its bf16 output in the last V stage (64 padded rows: 1 KB over
-// one tile, hence the extra 2 KB; still 2 blocks per SM) while the gate waits in the last K stage.
-constexpr int wg_smem_bytes(int heads) {
-    return (heads + 2 * wg_stages(heads)) * kWgTileBytes + 1024 + (heads == 1 ? 2048 : 0);
-}
+// One head per block: Q, one K and one V tile + slack to align the base to 1024 bytes; the bf16 output is staged in
+// the V tile (64 padded rows: 1 KB over one tile, hence the extra 2 KB; still 2 blocks per SM) while the gate waits
+// in the K tile.
+constexpr int wg_smem_bytes() { return 3 * kWgTileBytes + 1024 + 2048; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // 64 rows x 256 bf16 from global (row stride ld) into the swizzled panels at s by NTHREADS threads; rows >= valid
@@ -595,22 +590,16 @@ __device__ __forceinline__ void wg_softmax_step(float (&s)[32], int key0, int se
 
 // Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
 // column 8j + 2t + (e & 1), with g = lane / 4, t = lane % 4.
-template <int NH, int STAGES>
-__global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgmma_kernel(const AttnParams p) {
+// One head per block: single K and V tiles (the next K loads during the softmax and P V, the next V during S).
+__global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const AttnParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kThreads = 128 * NH;
     extern __shared__ uint8_t wg_smem_raw[];
     const uint32_t base = (smem_u32(wg_smem_raw) + 1023u) & ~1023u;
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;           // warpgroup = which head of the block
-    const int wtid = tid & 127;        // thread in its warpgroup
-    const uint32_t sQ = base + wg * kWgTileBytes;
-    // K and V of key tile kt in stage kt % STAGES: K at sKV(stage), V one tile after it
-    const auto sKV = [&](int kt) { return base + (NH + 2 * (kt % STAGES)) * kWgTileBytes; };
+    const uint32_t sQ = base, sK = base + kWgTileBytes, sV = base + 2 * kWgTileBytes;
 
-    const int head_groups = p.Hq / NH;  // blocks per tile slot; the NH heads of a block share a kv head
-    const int head = (blockIdx.x % head_groups) * NH + wg;
-    const int slot = blockIdx.x / head_groups;
+    const int head = blockIdx.x % p.Hq;
+    const int slot = blockIdx.x / p.Hq;
     TileWork w;
     if (!find_tile<kWgRows, false>(p, slot, w)) return;
 
@@ -618,7 +607,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     const int row0 = w.tile * kWgRows;
     const int seq_len = w.end - w.start;
     if (w.padding) {  // padding rows: zeros
-        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, wtid, 128);
+        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, tid, 128);
         return;
     }
 
@@ -627,21 +616,15 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
     const uint16_t *gQ = in.q, *gK = in.k, *gV = in.v;
     const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
 
-    // groups in flight, in order: [Q + K0] [V0] ... [K(STAGES-1)] [V(STAGES-1)], then per key tile kt, once its
-    // stage is free, [K(kt + STAGES)] [V(kt + STAGES)] (empty past the end), so the same wait count always works
-    wg_load_tile<128>(sQ, gQ, ldq, min(kWgRows, seq_len - row0), wtid);
-#pragma unroll
-    for (int st = 0; st < STAGES; ++st) {
-        if (st < n_key_tiles)
-            wg_load_tile<kThreads>(sKV(st), gK + st * kWgKeys * ldk, ldk, min(kWgKeys, seq_len - st * kWgKeys), tid);
-        cp_async_commit();
-        if (st < n_key_tiles)
-            wg_load_tile<kThreads>(sKV(st) + kWgTileBytes, gV + st * kWgKeys * p.ldv, p.ldv,
-                                   min(kWgKeys, seq_len - st * kWgKeys), tid);
-        cp_async_commit();
-    }
+    // groups in flight, in order: [Q + K0] [V0], then per key tile kt, once its tile is free, [K(kt + 1)]
+    // [V(kt + 1)] (empty past the end; the gate in the last K group), so the same wait count always works
+    wg_load_tile<128>(sQ, gQ, ldq, min(kWgRows, seq_len - row0), tid);
+    wg_load_tile<128>(sK, gK, ldk, min(kWgKeys, seq_len), tid);
+    cp_async_commit();
+    wg_load_tile<128>(sV, gV, p.ldv, min(kWgKeys, seq_len), tid);
+    cp_async_commit();
 
-    const int warp = wtid >> 5;  // warp in its warpgroup: accumulator rows 16 warp..
+    const int warp = tid >> 5;  // accumulator rows 16 warp..
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -657,8 +640,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
 
     for (int kt = 0; kt < n_key_tiles; ++kt) {
         const int key0 = kt * kWgKeys;
-        const uint32_t sK = sKV(kt), sV = sK + kWgTileBytes;
-        cp_async_wait<2 * STAGES - 1>();
+        cp_async_wait<1>();
         fence_async_shared();
         __syncthreads();  // Q and this K tile have landed
         float s[32];
@@ -670,14 +652,13 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         }
         wg_commit();
         wg_wait_all();
-        __syncthreads();  // every warpgroup is done with this K tile
-        if (kt + STAGES < n_key_tiles) {
-            const int next = key0 + STAGES * kWgKeys;
-            wg_load_tile<kThreads>(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
-        } else if (NH == 1 && kt == n_key_tiles - 1) {
-            // the last K stage is free: the gate lands there during the last softmax and P.V instead of being
-            // waited for row by row in the epilogue (one head per block: short prompts, where that wait was most
-            // of the kernel)
+        __syncthreads();  // every warp is done with this K tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kWgKeys;
+            wg_load_tile<128>(sK, gK + next * ldk, ldk, min(kWgKeys, seq_len - next), tid);
+        } else {
+            // the K tile is free: the gate lands there during the last softmax and P.V instead of being waited for
+            // row by row in the epilogue (short prompts, where that wait was most of the kernel)
             wg_load_gate(sK, p.gate + static_cast<int64_t>(w.start + row0) * ldq + head * kHeadDim, ldq,
                          min(kWgRows, seq_len - row0), tid);
         }
@@ -686,7 +667,7 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
         uint32_t pa[4][4];  // P as bf16 A fragments, 16 keys each
         wg_softmax_step(s, key0, seq_len, t, p.scale_log2, row_max, row_sum, acc, pa);
 
-        cp_async_wait<2 * STAGES - 1>();
+        cp_async_wait<1>();
         fence_async_shared();
         __syncthreads();  // this V tile has landed
         wg_fence();
@@ -695,31 +676,24 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
             wg_mma_rs_n256(acc, pa[kk], wg_desc(sV + kk * 2048, kWgPanelBytes, 1024));
         wg_commit();
         wg_wait_all();
-        __syncthreads();  // every warpgroup is done with this V tile
-        if (kt + STAGES < n_key_tiles) {
-            const int next = key0 + STAGES * kWgKeys;
-            wg_load_tile<kThreads>(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
+        __syncthreads();  // every warp is done with this V tile
+        if (kt + 1 < n_key_tiles) {
+            const int next = key0 + kWgKeys;
+            wg_load_tile<128>(sV, gV + next * p.ldv, p.ldv, min(kWgKeys, seq_len - next), tid);
         }
         cp_async_commit();
     }
-    // two heads: the gate's loads go out now and land while the output is staged
-    const auto row_offset = [&] { return static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8; };
-    uint4 gate_rows[16];
-    if (NH == 2) load_gate_rows(p, ldq, row_offset(), wrow0, seq_len, gate_rows);
     cp_async_wait<0>();
-    if (NH == 1) __syncthreads();  // the gate rows, loaded by every thread of the block
+    __syncthreads();  // the gate rows, loaded by every thread of the block
 
     if (wrow0 >= seq_len) return;
-    // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows (row stride kRowElems, the
-    // warpgroups one after another; Q and K are free now, or with one head the V stage, K holding the gate), then
-    // the gate with 16-byte loads and stores.
+    // Epilogue as in the mma.sync kernel: bf16(attn) staged in this warp's own rows of the V tile (row stride
+    // kRowElems), then the gate (in the K tile) with 16-byte loads and stores.
     float inv[2];
     inverse_row_sums(row_sum, inv);
     uint8_t *const smem0 = wg_smem_raw + (base - smem_u32(wg_smem_raw));
-    uint16_t *sO = reinterpret_cast<uint16_t *>(smem0 + (NH == 1 ? 2 * kWgTileBytes : 0)) +
-                   (wg * 64 + warp * 16) * kRowElems;
-    const uint16_t *sG =
-        NH == 1 ? reinterpret_cast<const uint16_t *>(smem0 + kWgTileBytes) + warp * 16 * kHeadDim : nullptr;
+    uint16_t *sO = reinterpret_cast<uint16_t *>(smem0 + 2 * kWgTileBytes) + warp * 16 * kRowElems;
+    const uint16_t *sG = reinterpret_cast<const uint16_t *>(smem0 + kWgTileBytes) + warp * 16 * kHeadDim;
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -731,13 +705,8 @@ __global__ void __launch_bounds__(128 * NH, NH == 1 ? 2 : 1) gated_attention_wgm
                 pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
         }
     __syncwarp();
-    const int64_t out0 = row_offset();
-    if (NH == 2 && p.gate_is_sigmoid != 0)
-        store_gated_rows<true>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
-    else if (NH == 2)
-        store_gated_rows<false>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
-    else
-        store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
+    const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
+    store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
 #else
     __trap();  // not built for sm_90a: the dispatcher never launches it there
 #endif
@@ -915,7 +884,7 @@ const void *kernel_for(int id) {
         case 1: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kNarrowTileRows, true>);
         case 2: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, false>);
         case 3: return reinterpret_cast<const void *>(&gated_attention_kernel<policy::kWideTileRows, true>);
-        case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel<1, wg_stages(1)>);
+        case wgmma_kernel_id(1): return reinterpret_cast<const void *>(&gated_attention_wgmma_kernel);
         case wgmma_kernel_id(2): return reinterpret_cast<const void *>(&gated_attention_wgmma_pair_kernel);
         default: return nullptr;
     }
@@ -1004,7 +973,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
     if (!policy::supported(caps)) return CS1_ERR_UNSUPPORTED;
     // wgmma: explicitly, or automatically where it runs (both forms give the same bytes, so the automatic choice
     // between them may follow the window: two heads per block from kWgmmaPairMinRows rows, when the group allows)
-    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes(1));
+    const bool wgmma_here = policy::use_wgmma(caps, causal != 0, wgmma_built(), wg_smem_bytes());
     const bool pair_ok = wgmma_here && (Hq / Hk) % 2 == 0 && caps.smem_optin >= wg_pair_smem_bytes();
     const bool want_wgmma = tile_rows == CS1_ATTENTION_TILE_WGMMA || tile_rows == CS1_ATTENTION_TILE_WGMMA_PAIR;
     if (want_wgmma || (tile_rows == 0 && wgmma_here)) {
@@ -1015,7 +984,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
                               : 1;
         const int64_t slots = (T + kWgRows - 1) / kWgRows + n_seqs;
         if (slots * Hq > INT_MAX) return CS1_ERR_SHAPE;
-        const int bytes = heads == 2 ? wg_pair_smem_bytes() : wg_smem_bytes(1);
+        const int bytes = heads == 2 ? wg_pair_smem_bytes() : wg_smem_bytes();
         status = g_device_cache.ensure_smem(device, wgmma_kernel_id(heads), bytes);
         if (status != 0) return status;
         const AttnParams p =
@@ -1025,7 +994,7 @@ int attention_gated_impl(const void *q, const void *k, const void *v, int64_t ld
         if (heads == 2)
             gated_attention_wgmma_pair_kernel<<<blocks, 256, bytes, s>>>(p);
         else
-            gated_attention_wgmma_kernel<1, wg_stages(1)><<<blocks, 128, bytes, s>>>(p);
+            gated_attention_wgmma_kernel<<<blocks, 128, bytes, s>>>(p);
         return static_cast<int>(cudaGetLastError());
     }
     // automatic: the window is T (the longest prompt's length lives on the device)
