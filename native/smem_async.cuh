@@ -37,6 +37,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 #endif
 }
 
+// the same, always 16 bytes (no source-size operand to set up)
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -114,7 +121,9 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units
+// shared-memory matrix descriptor, 128-byte swizzle (base aligned to 1024 bytes); byte offsets in 16-byte units.
+// The address is its low 14 bits in 16-byte units, so wg_desc(a + b) == wg_desc(a) + b / 16 for b a multiple of 16
+// (a + b stays below the 256 KiB shared window): a kernel builds a tile's descriptor once and steps it by adding.
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
     return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead_bytes >> 4) << 16) |
            (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (1ull << 62);
