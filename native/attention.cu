@@ -9,8 +9,8 @@
 //   32-key tiles (aligned to the prompt start, skipped per warp by the same rule), so they are byte-identical.
 // - Packed prompts: blocks find their (prompt, tile) by scanning cu_seqlens on the device; rows at or after
 //   cu_seqlens[n_seqs] are padding and get zeros. Causal blocks take a prompt's last (longest) tile first.
-// - sm_90 (compute capability 9.0, target-90 build): bidirectional calls run gated_attention_wgmma_kernel instead,
-//   the same math on warpgroup MMA (wgmma) with 64-key tiles; see its section below.
+// - sm_90 (compute capability 9.0, target-90 build): bidirectional calls run the wgmma kernels instead (one or two
+//   heads per block), the same math on warpgroup MMA (wgmma) with 64-key tiles; see their section below.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
