@@ -204,6 +204,28 @@ __device__ __forceinline__ void inverse_row_sums(const float (&row_sum)[2], floa
     }
 }
 
+// A block's query tile (find_tile) with the values every kernel derives from it; a padding tile gets its zeros here
+// (threads tid of n). False when the block has nothing more to do: no tile, or a padding tile.
+struct QueryTile {
+    TileWork w;
+    int64_t ldq;  // q, gate and out row stride (elements)
+    int row0;     // first query row, relative to the segment
+    int seq_len;  // the segment's length
+};
+
+template <int BQ, bool CAUSAL>
+__device__ __forceinline__ bool query_tile(const AttnParams &p, int slot, int head, int tid, int n, QueryTile &q) {
+    if (!find_tile<BQ, CAUSAL>(p, slot, q.w)) return false;
+    q.ldq = static_cast<int64_t>(p.Hq) * kHeadDim;
+    q.row0 = q.w.tile * BQ;
+    q.seq_len = q.w.end - q.w.start;
+    if (q.w.padding) {  // padding rows: zeros
+        zero_padding_rows(p, q.w, q.ldq, q.row0, min(BQ, q.seq_len - q.row0), head, tid, n);
+        return false;
+    }
+    return true;
+}
+
 // one 16-byte piece of an output row: bf16(attn) a times the gate gt (bf16 pairs)
 __device__ __forceinline__ uint4 gate_piece(const uint4 a, const uint4 gt, bool is_sigmoid) {
     uint4 o;
@@ -230,9 +252,10 @@ __device__ __forceinline__ void store_gated_rows(const AttnParams &p, const uint
 
 // The gate of the warp's 16 rows (those before seq_len; out0 as above) into registers, every load issued before
 // any is used: the loop above waits for each row's load before it issues the next (16 global latencies in a row,
-// ~9 % of the two-head wgmma kernel's warp time at 2,048 rows in Nsight's stall samples).
-__device__ __forceinline__ void load_gate_rows(const AttnParams &p, int64_t ldq, int64_t out0, int wrow0, int seq_len,
-                                               uint4 (&gt)[16]) {
+// ~9 % of the two-head wgmma kernel's warp time at 2,048 rows in Nsight's stall samples). Only that kernel calls it,
+// and only in the sm_90a pass (hence maybe_unused).
+[[maybe_unused]] __device__ __forceinline__ void load_gate_rows(const AttnParams &p, int64_t ldq, int64_t out0,
+                                                                int wrow0, int seq_len, uint4 (&gt)[16]) {
 #pragma unroll
     for (int i = 0; i < 16; ++i)
         if (wrow0 + i < seq_len) gt[i] = __ldg(reinterpret_cast<const uint4 *>(p.gate + out0 + i * ldq));
@@ -265,17 +288,11 @@ __global__ void __launch_bounds__(BQ * 2, 1) gated_attention_kernel(const AttnPa
     const int tid = threadIdx.x;
     const int head = blockIdx.x % p.Hq;
     const int slot = blockIdx.x / p.Hq;
-    TileWork w;
-    if (!find_tile<BQ, CAUSAL>(p, slot, w)) return;
-
-    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;  // q, gate and out rows
-    const int row0 = w.tile * BQ;                                 // first query row, relative to the segment
-    const int seq_len = w.end - w.start;
-
-    if (w.padding) {  // padding rows: zeros
-        zero_padding_rows(p, w, ldq, row0, min(BQ, seq_len - row0), head, tid, kThreads);
-        return;
-    }
+    QueryTile qt;
+    if (!query_tile<BQ, CAUSAL>(p, slot, head, tid, kThreads, qt)) return;
+    const TileWork &w = qt.w;
+    const int64_t ldq = qt.ldq;
+    const int row0 = qt.row0, seq_len = qt.seq_len;
 
     const HeadRows in = head_rows(p, w, ldq, row0, head);
     const int64_t ldk = in.ldk;
@@ -616,16 +633,11 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
 
     const int head = blockIdx.x % p.Hq;
     const int slot = blockIdx.x / p.Hq;
-    TileWork w;
-    if (!find_tile<kWgRows, false>(p, slot, w)) return;
-
-    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;
-    const int row0 = w.tile * kWgRows;
-    const int seq_len = w.end - w.start;
-    if (w.padding) {  // padding rows: zeros
-        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, tid, 128);
-        return;
-    }
+    QueryTile qt;
+    if (!query_tile<kWgRows, false>(p, slot, head, tid, 128, qt)) return;
+    const TileWork &w = qt.w;
+    const int64_t ldq = qt.ldq;
+    const int row0 = qt.row0, seq_len = qt.seq_len;
 
     const HeadRows in = head_rows(p, w, ldq, row0, head);
     const int64_t ldk = in.ldk;
@@ -754,7 +766,9 @@ __global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(cons
     const int wg = tid >> 7;  // which head of the pair
     const int wtid = tid & 127;
     // K (v = 0) or V (v = 1) of key tile kt, and that stage's "full" and "empty" mbarriers
-    const auto sKV = [&](int kt, int v) { return base + 2 * kPairQBytes + (2 * (kt % kPairStages) + v) * kWgTileBytes; };
+    const auto sKV = [&](int kt, int v) {
+        return base + 2 * kPairQBytes + (2 * (kt % kPairStages) + v) * kWgTileBytes;
+    };
     const auto full_bar = [&](int kt, int v) { return base + kPairBarOffset + (2 * (kt % kPairStages) + v) * 8; };
     const auto empty_bar = [&](int kt, int v) { return full_bar(kt, v) + 2 * kPairStages * 8; };
     const auto phase = [](int kt) { return static_cast<uint32_t>(kt / kPairStages) & 1u; };
@@ -762,15 +776,11 @@ __global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(cons
     const int head_groups = p.Hq / 2;
     const int head = (blockIdx.x % head_groups) * 2 + wg;
     const int slot = blockIdx.x / head_groups;
-    TileWork w;
-    if (!find_tile<kWgRows, false>(p, slot, w)) return;
-    const int64_t ldq = static_cast<int64_t>(p.Hq) * kHeadDim;
-    const int row0 = w.tile * kWgRows;
-    const int seq_len = w.end - w.start;
-    if (w.padding) {  // padding rows: zeros
-        zero_padding_rows(p, w, ldq, row0, min(kWgRows, seq_len - row0), head, wtid, 128);
-        return;
-    }
+    QueryTile qt;  // the block's 64 rows, for each of its two heads
+    if (!query_tile<kWgRows, false>(p, slot, head, wtid, 128, qt)) return;
+    const TileWork &w = qt.w;
+    const int64_t ldq = qt.ldq;
+    const int row0 = qt.row0, seq_len = qt.seq_len;
     const HeadRows in = head_rows(p, w, ldq, row0, head);
     const int n_key_tiles = (seq_len + kWgKeys - 1) / kWgKeys;
     // this thread's share (rows 8i + tid / 32) of key tile kt's K or V, counted on its "full" mbarrier
