@@ -616,6 +616,38 @@ __device__ __forceinline__ void wg_softmax_step(float (&s)[32], int key0, int se
         pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
+
+// S (64 x 64 fp32) = Q K^T of one key tile, issued only (the caller fences, commits and waits): 16-column steps,
+// panel ks / 4, 32 bytes in; q_desc and k_desc name the tiles' starts (wg_desc)
+__device__ __forceinline__ void wg_issue_s(float (&s)[32], uint64_t q_desc, uint64_t k_desc) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
+        wg_mma_ss(s, q_desc + (off >> 4), k_desc + (off >> 4), ks > 0);
+    }
+}
+
+// O += P V of one key tile, issued only: keys 16kk.. are 16 rows of 128 bytes into every panel of the V tile
+__device__ __forceinline__ void wg_issue_pv(float (&acc)[4][32], const uint32_t (&pa)[4][4], uint64_t v_desc) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg_mma_rs_n256(acc, pa[kk], v_desc + kk * (2048 >> 4));
+}
+
+// bf16(O / row sum) of this warp's 16 rows into sO (row stride kRowElems), for the epilogue's gated stores
+__device__ __forceinline__ void wg_stage_output(const float (&acc)[4][32], const float (&inv)[2], uint16_t *sO, int g,
+                                                int t) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int col = n * 64 + j * 8 + 2 * t;
+            *reinterpret_cast<uint32_t *>(sO + g * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j] * inv[0], acc[n][4 * j + 1] * inv[0]);
+            *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + col) =
+                pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
+        }
+    __syncwarp();
+}
 #endif
 
 // Accumulator layout of m64n64 (per warp w of the warpgroup, as mma.m16n8): d[4j + e] is row 16w + g + 8(e >> 1),
@@ -673,11 +705,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
         __syncthreads();  // Q and this K tile have landed
         float s[32];
         wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16-column steps: panel ks / 4, 32 bytes in
-            const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
-            wg_mma_ss(s, q_desc + (off >> 4), k_desc + (off >> 4), ks > 0);
-        }
+        wg_issue_s(s, q_desc, k_desc);
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warp is done with this K tile
@@ -699,9 +727,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
         fence_async_shared();
         __syncthreads();  // this V tile has landed
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)  // keys 16kk..: 16 rows of 128 bytes into every panel
-            wg_mma_rs_n256(acc, pa[kk], v_desc + kk * (2048 >> 4));
+        wg_issue_pv(acc, pa, v_desc);
         wg_commit();
         wg_wait_all();
         __syncthreads();  // every warp is done with this V tile
@@ -722,17 +748,7 @@ __global__ void __launch_bounds__(128, 2) gated_attention_wgmma_kernel(const Att
     uint8_t *const smem0 = wg_smem_raw + (base - smem_u32(wg_smem_raw));
     uint16_t *sO = reinterpret_cast<uint16_t *>(smem0 + 2 * kWgTileBytes) + warp * 16 * kRowElems;
     const uint16_t *sG = reinterpret_cast<const uint16_t *>(smem0 + kWgTileBytes) + warp * 16 * kHeadDim;
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int col = n * 64 + j * 8 + 2 * t;
-            *reinterpret_cast<uint32_t *>(sO + g * kRowElems + col) =
-                pack_bf16x2(acc[n][4 * j] * inv[0], acc[n][4 * j + 1] * inv[0]);
-            *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + col) =
-                pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
-        }
-    __syncwarp();
+    wg_stage_output(acc, inv, sO, g, t);
     const int64_t out0 = static_cast<int64_t>(w.start + wrow0) * ldq + head * kHeadDim + lane * 8;
     store_gated_rows(p, sO, ldq, out0, wrow0, seq_len, lane, sG);
 #else
@@ -836,11 +852,7 @@ __global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(cons
         const uint64_t k_desc = wg_desc(sKV(kt, 0), 16, 1024);
         float s[32];
         wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16-column steps: panel ks / 4, 32 bytes in
-            const uint32_t off = (ks >> 2) * kWgPanelBytes + (ks & 3) * 32;
-            wg_mma_ss(s, q_desc + (off >> 4), k_desc + (off >> 4), ks > 0);
-        }
+        wg_issue_s(s, q_desc, k_desc);
         wg_commit();
         named_bar_arrive(their_turn, 256);
         if (kt >= 1 && kt + 1 < n_key_tiles) {  // V(kt + 1) into the stage both heads' P V(kt - 1) read
@@ -858,9 +870,7 @@ __global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(cons
         named_bar_sync(my_turn, 256);
         const uint64_t v_desc = wg_desc(sKV(kt, 1), kWgPanelBytes, 1024);
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)  // keys 16kk..: 16 rows of 128 bytes into every panel
-            wg_mma_rs_n256(acc, pa[kk], v_desc + kk * (2048 >> 4));
+        wg_issue_pv(acc, pa, v_desc);
         wg_commit();
         if (wg == 0 || kt + 1 < n_key_tiles) named_bar_arrive(their_turn, 256);  // head 1's last issue: no one waits
         if (kt + kPairStages < n_key_tiles) {  // K(kt + 2) into the stage both heads' S(kt) read
@@ -881,17 +891,7 @@ __global__ void __launch_bounds__(256, 1) gated_attention_wgmma_pair_kernel(cons
     inverse_row_sums(row_sum, inv);
     const int g = lane >> 2;
     uint16_t *sO = reinterpret_cast<uint16_t *>(wg_smem_raw + (sQ - smem_u32(wg_smem_raw))) + warp * 16 * kRowElems;
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int col = n * 64 + j * 8 + 2 * t;
-            *reinterpret_cast<uint32_t *>(sO + g * kRowElems + col) =
-                pack_bf16x2(acc[n][4 * j] * inv[0], acc[n][4 * j + 1] * inv[0]);
-            *reinterpret_cast<uint32_t *>(sO + (g + 8) * kRowElems + col) =
-                pack_bf16x2(acc[n][4 * j + 2] * inv[1], acc[n][4 * j + 3] * inv[1]);
-        }
-    __syncwarp();
+    wg_stage_output(acc, inv, sO, g, t);
     if (p.gate_is_sigmoid != 0)
         store_gated_rows<true>(p, sO, ldq, out0, wrow0, seq_len, lane, gate_rows);
     else
