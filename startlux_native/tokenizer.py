@@ -289,6 +289,10 @@ class DecisionTokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
+    def added_token_texts(self) -> list[str]:
+        """The texts of the added (special) tokens: matched in content before pre-tokenization."""
+        return [t.content for t in self._tok.get_added_tokens_decoder().values()]
+
     def encode(self, text: str) -> np.ndarray:
         return self.encode_batch([text])[0]
 
@@ -353,7 +357,10 @@ class DecisionTokenizer:
         return tuple(ids)
 
 
-_SAFE_CUT = re.compile(r"(?<=[\r\n])(?=\S)")  # a line break, then a non-space character: see WrappedEncoder
+# Where a piece may be cut (see WrappedEncoder): after a line break and before a non-space character, or before a
+# space that follows a non-whitespace character (Python's \s holds every character of the split regex's \s).
+LINE_CUTS = re.compile(r"(?<=[\r\n])(?=\S)")  # alone: the rule before LEVERS 106 (benchmarks/tokenize_cuts.py)
+SAFE_CUTS = re.compile(LINE_CUTS.pattern + r"|(?<=\S)(?= )")
 
 
 class WrappedEncoder:
@@ -368,9 +375,14 @@ class WrappedEncoder:
     the join. Pieces whose join breaks the rule are glued back together; a content whose first character is
     whitespace (or an empty content) is encoded whole with prefix and suffix, in the same tokenizer call.
 
-    A piece longer than split_chars is cut at such safe line breaks into parts of at least split_chars characters,
-    tokenized as separate items of the same call: the ids are the same, the byte-level BPE works on shorter texts
-    (~30 % less time on 13–15k-character evidence here) and the tokenizer can spread the parts over its threads.
+    A piece longer than split_chars is cut into parts of at least split_chars characters, tokenized as separate
+    items of the same call: the ids are the same, the byte-level BPE works on shorter texts (~30 % less time on
+    13–15k-character evidence here) and the tokenizer can spread the parts over its threads. A cut goes where the
+    text splits anyway: at a safe line break as above, or before a space that follows a non-whitespace character (a
+    word or punctuation boundary: JSON evidence, written on one line, has one at every ", " and ": "). There every
+    alternative of the split regex that matched the character before the space ends, the next match starts at the
+    space whatever came before it (the regex has no look-behind), NFC composes nothing with a space, and no added
+    token holds whitespace (checked here), so none can straddle the cut.
 
     With cache_entries > 0 the ids of a row's pieces after its first (the engine passes (evidence block, question
     block): the same questions recur across requests, the evidence rarely) are kept in a bounded least-recently-used
@@ -386,6 +398,7 @@ class WrappedEncoder:
         if not isinstance(cache_entries, int) or cache_entries < 0:
             raise ValueError(f"cache_entries must be an integer >= 0, got {cache_entries!r}")
         self.split_chars = self.SPLIT_CHARS if split_chars is None else split_chars  # 0: never split
+        self.cuts = SAFE_CUTS
         self.cache_entries = cache_entries
         self._cache: dict[str, np.ndarray] = {}  # insertion order = recency (a hit moves the entry to the end)
         self._cache_lock = threading.Lock()
@@ -396,6 +409,10 @@ class WrappedEncoder:
                                  f"special token (got {prefix[-20:]!r} … {suffix[:20]!r})")
         if any("<" in s[1:] for s in SPECIAL_TOKENS):
             raise TokenizerError("wrapped encoder: a special token holds '<' after its first character")
+        spaced = [t for t in tokenizer.added_token_texts() if any(c.isspace() for c in t)]
+        if spaced and self.split_chars:
+            raise TokenizerError(f"wrapped encoder: added token {spaced[0]!r} holds whitespace, so cutting long pieces "
+                                 "at line breaks and spaces would not be exact (use split_chars=0)")
         self.tokenizer = tokenizer
         self.prefix, self.suffix = prefix, suffix
         self.prefix_ids = tokenizer.encode(prefix)
@@ -452,14 +469,15 @@ class WrappedEncoder:
         return out
 
     def _split(self, piece: str) -> list[str]:
-        """piece cut at safe line breaks (a line break, then a non-space character) into parts of at least
-        split_chars characters; [piece] when it is not longer than that."""
+        """piece cut at safe places (SAFE_CUTS: after a line break before a non-space character, or before a space
+        after a non-whitespace character) into parts of at least split_chars characters; [piece] when it is not
+        longer than that."""
         n = self.split_chars
         if n <= 0 or len(piece) <= n:
             return [piece]
         parts, start = [], 0
         while len(piece) - start > n:
-            m = _SAFE_CUT.search(piece, start + n)
+            m = self.cuts.search(piece, start + n)
             if m is None:
                 break
             parts.append(piece[start:m.start()])

@@ -519,6 +519,33 @@ def test_wrapped_equals_full_encode_on_awkward_contents(any_tok):
     assert_wrapped_equals_full(any_tok, rows, "awkward contents")
 
 
+def test_cuts_at_every_safe_place_are_exact_on_random_text(any_tok):
+    """Random texts over every assigned BMP code point below U+3000 (letters, marks, digits, punctuation, symbols,
+    odd whitespace), contractions, combining marks, special-token text and runs of spaces, cut at every safe place
+    past 4 characters: the ids equal the whole text's."""
+    import unicodedata
+
+    from startlux_native import prompt
+
+    prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
+    fine = any_tok.wrapped(prefix, suffix, split_chars=4)
+    rng = random.Random(SEED)
+    pool = [chr(c) for c in range(0x20, 0x3000) if unicodedata.category(chr(c)) not in ("Cs", "Cn")]
+    extra = ["'s", "'T", "'ll", "\u0301", "\u0338", "=", "<", "<|im_end|>", "<think>", "\n", "\r", "\t", "\u00a0",
+             "\u2028", "\x85", "\x1c", "\u200b", "  ", "   "]
+    rows = []
+    for _ in range(3000):
+        text = "".join(" " if (r := rng.random()) < 0.35 else rng.choice(extra) if r < 0.55 else
+                       "".join(rng.choice(pool) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 30)))
+        rows.append("x" + text)
+    cuts = sum(len(fine._split(t)) - 1 for t in rows)
+    got = fine.encode_batch(rows)
+    full = any_tok.encode_batch([prefix + t + suffix for t in rows])
+    bad = [i for i, (a, b) in enumerate(zip(got, full, strict=True)) if a.tolist() != b.tolist()]
+    print(f"random texts: {len(rows)} rows, {cuts} cuts, {len(bad)} differ from the whole text's ids")
+    assert cuts > 5000 and not bad, [rows[i] for i in bad[:3]]
+
+
 def test_wrapped_encoder_cache_keeps_recent_question_blocks_only(dtok):
     """Only a row's pieces after its first are cached, up to CACHE_MAX_CHARS characters, least recently used out;
     cached ids equal fresh ones; 0 turns the cache off; a negative size is refused."""
@@ -591,22 +618,50 @@ def test_engine_token_cache_sends_the_same_rows(dtok):
     assert sent[0] == sent[1024] and len(sent[0]) == 2 * 231
 
 
-def test_long_pieces_are_cut_only_at_safe_line_breaks(dtok):
-    """_split: the parts join back to the piece; every cut follows a line break and precedes a non-space character;
-    every part but the last has at least split_chars characters; short pieces and split_chars=0 stay whole."""
+def test_long_pieces_are_cut_only_at_safe_places(dtok):
+    """_split: the parts join back to the piece; every cut follows a line break and precedes a non-space character,
+    or precedes a space and follows a non-whitespace character; every part but the last has at least split_chars
+    characters; short pieces and split_chars=0 stay whole."""
     from startlux_native import prompt
 
     enc = dtok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=40)
     rng = random.Random(SEED)
-    lines = ["alpha beta", "  indented", "", "\t tab", "x", "Γειά σου", "- item", "\r", "12.5%", "  ", "end."]
+    lines = ["alpha beta", "  indented", "", "\t tab", "x", "Γειά σου", "- item", "\r", "12.5%", "  ", "end.",
+             '{"k": "v w", "n": [1, 2]}', "x\u00a0 y", "\u3000 z", "a\x1c b"]
+    cuts = {"line": 0, "space": 0}
     for _ in range(300):
-        piece = "\n".join(rng.choice(lines) for _ in range(rng.randint(1, 40)))
+        piece = rng.choice(["\n", " ", ""]).join(rng.choice(lines) for _ in range(rng.randint(1, 40)))
         parts = enc._split(piece)
         assert "".join(parts) == piece
         for left, right in zip(parts, parts[1:], strict=False):
-            assert left[-1] in "\r\n" and not right[0].isspace(), (left[-5:], right[:5])
+            line = left[-1] in "\r\n" and not right[0].isspace()
+            space = right[0] == " " and not left[-1].isspace()
+            assert line or space, (left[-5:], right[:5])
+            cuts["line" if line else "space"] += 1
         assert all(len(p) >= 40 for p in parts[:-1])
         if len(piece) <= 40:
             assert parts == [piece]
+    print(f"cuts: {cuts}")
+    assert cuts["line"] and cuts["space"]
     whole = dtok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=0)
     assert whole._split("a\nb" * 1000) == ["a\nb" * 1000]
+    # one-line JSON evidence (a dict state) is cut too: at ", " and ": " boundaries
+    text = prompt.state_text({f"key {i}": f"value number {i}" for i in range(200)})
+    assert "\n" not in text and len(enc._split(text)) > 50
+
+
+def test_an_added_token_with_whitespace_refuses_cutting(tok_path):
+    """A cut before a space is exact only if no added token holds whitespace; a tokenizer with one refuses to cut
+    (split_chars > 0) and still encodes whole pieces (split_chars=0)."""
+    from tokenizers import AddedToken
+
+    from startlux_native import prompt
+
+    tok = tk.DecisionTokenizer.from_file(tok_path)
+    tok._tok.add_tokens([AddedToken("two words", special=False)])
+    with pytest.raises(TokenizerError, match="holds whitespace"):
+        tok.wrapped(*prompt.chat_parts(prompt.SYSTEM))
+    enc = tok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=0)
+    prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
+    text = "say two words, " * 200
+    assert enc.encode_batch([text])[0].tolist() == tok.encode(prefix + text + suffix).tolist()
