@@ -359,8 +359,17 @@ class DecisionTokenizer:
 
 # Where a piece may be cut (see WrappedEncoder): after a line break and before a non-space character, or before a
 # space that follows a non-whitespace character (Python's \s holds every character of the split regex's \s).
-LINE_CUTS = re.compile(r"(?<=[\r\n])(?=\S)")  # alone: the rule before LEVERS 106 (benchmarks/tokenize_cuts.py)
-SAFE_CUTS = re.compile(LINE_CUTS.pattern + r"|(?<=\S)(?= )")
+_LINE_CUT, _SPACE_CUT = r"(?<=[\r\n])(?=\S)", r"(?<=\S)(?= )"
+LINE_CUTS = re.compile(_LINE_CUT)  # alone: the rule before LEVERS 106 (benchmarks/tokenize_cuts.py)
+SAFE_CUTS = re.compile(f"{_LINE_CUT}|{_SPACE_CUT}")
+
+
+def safe_cuts(added_tokens: Sequence[str]) -> re.Pattern | None:
+    """SAFE_CUTS less each kind of cut that an added token could straddle (one holding a line break, one holding a
+    space); None when neither kind is left."""
+    kinds = [cut for cut, chars in ((_LINE_CUT, "\r\n"), (_SPACE_CUT, " "))
+             if not any(c in t for t in added_tokens for c in chars)]
+    return re.compile("|".join(kinds)) if kinds else None
 
 
 class WrappedEncoder:
@@ -381,8 +390,9 @@ class WrappedEncoder:
     text splits anyway: at a safe line break as above, or before a space that follows a non-whitespace character (a
     word or punctuation boundary: JSON evidence, written on one line, has one at every ", " and ": "). There every
     alternative of the split regex that matched the character before the space ends, the next match starts at the
-    space whatever came before it (the regex has no look-behind), NFC composes nothing with a space, and no added
-    token holds whitespace (checked here), so none can straddle the cut.
+    space whatever came before it (the regex has no look-behind), and NFC composes nothing with a space. An added
+    token holding a line break or a space could straddle such a cut: with one, that kind of cut is not made
+    (safe_cuts).
 
     With cache_entries > 0 the ids of a row's pieces after its first (the engine passes (evidence block, question
     block): the same questions recur across requests, the evidence rarely) are kept in a bounded least-recently-used
@@ -398,7 +408,9 @@ class WrappedEncoder:
         if not isinstance(cache_entries, int) or cache_entries < 0:
             raise ValueError(f"cache_entries must be an integer >= 0, got {cache_entries!r}")
         self.split_chars = self.SPLIT_CHARS if split_chars is None else split_chars  # 0: never split
-        self.cuts = SAFE_CUTS
+        self.cuts = safe_cuts(tokenizer.added_token_texts())
+        if self.cuts is None:
+            self.split_chars = 0
         self.cache_entries = cache_entries
         self._cache: dict[str, np.ndarray] = {}  # insertion order = recency (a hit moves the entry to the end)
         self._cache_lock = threading.Lock()
@@ -409,10 +421,6 @@ class WrappedEncoder:
                                  f"special token (got {prefix[-20:]!r} … {suffix[:20]!r})")
         if any("<" in s[1:] for s in SPECIAL_TOKENS):
             raise TokenizerError("wrapped encoder: a special token holds '<' after its first character")
-        spaced = [t for t in tokenizer.added_token_texts() if any(c.isspace() for c in t)]
-        if spaced and self.split_chars:
-            raise TokenizerError(f"wrapped encoder: added token {spaced[0]!r} holds whitespace, so cutting long pieces "
-                                 "at line breaks and spaces would not be exact (use split_chars=0)")
         self.tokenizer = tokenizer
         self.prefix, self.suffix = prefix, suffix
         self.prefix_ids = tokenizer.encode(prefix)

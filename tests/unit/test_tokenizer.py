@@ -650,18 +650,20 @@ def test_long_pieces_are_cut_only_at_safe_places(dtok):
     assert "\n" not in text and len(enc._split(text)) > 50
 
 
-def test_an_added_token_with_whitespace_refuses_cutting(tok_path):
-    """A cut before a space is exact only if no added token holds whitespace; a tokenizer with one refuses to cut
-    (split_chars > 0) and still encodes whole pieces (split_chars=0)."""
+@pytest.mark.parametrize("added,kinds", [("two words", "line"), ("a\nb", "space"), ("a\r\nb c", "none")])
+def test_an_added_token_with_whitespace_drops_that_kind_of_cut(tok_path, added, kinds):
+    """A cut is exact only where no added token can straddle it: one holding a space drops the cuts before spaces,
+    one holding a line break the cuts after line breaks, both leave the pieces whole; the ids stay the whole text's."""
     from tokenizers import AddedToken
 
     from startlux_native import prompt
 
     tok = tk.DecisionTokenizer.from_file(tok_path)
-    tok._tok.add_tokens([AddedToken("two words", special=False)])
-    with pytest.raises(TokenizerError, match="holds whitespace"):
-        tok.wrapped(*prompt.chat_parts(prompt.SYSTEM))
-    enc = tok.wrapped(*prompt.chat_parts(prompt.SYSTEM), split_chars=0)
+    tok._tok.add_tokens([AddedToken(added, special=False)])
     prefix, suffix = prompt.chat_parts(prompt.SYSTEM)
-    text = "say two words, " * 200
+    enc = tok.wrapped(prefix, suffix)
+    text = f"x say {added}, ok\n{added}. " * 300
+    cuts = {"line": tk.re.compile(tk._LINE_CUT), "space": tk.re.compile(tk._SPACE_CUT), "none": None}[kinds]
+    assert (enc.cuts and enc.cuts.pattern) == (cuts and cuts.pattern)
+    assert (enc.split_chars == 0) == (kinds == "none") and len(enc._split(text)) > (kinds != "none")
     assert enc.encode_batch([text])[0].tolist() == tok.encode(prefix + text + suffix).tolist()
