@@ -477,9 +477,8 @@ class WrappedEncoder:
         return out
 
     def _split(self, piece: str) -> list[str]:
-        """piece cut at safe places (SAFE_CUTS: after a line break before a non-space character, or before a space
-        after a non-whitespace character) into parts of at least split_chars characters; [piece] when it is not
-        longer than that."""
+        """piece cut at safe places (self.cuts: SAFE_CUTS unless an added token rules a kind out) into parts of at
+        least split_chars characters; [piece] when it is not longer than that."""
         n = self.split_chars
         if n <= 0 or len(piece) <= n:
             return [piece]
