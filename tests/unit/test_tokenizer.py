@@ -462,7 +462,7 @@ def rendered_parts(requests) -> list[tuple[str, str]]:
 
 def assert_wrapped_equals_full(tok: tk.DecisionTokenizer, rows: list[tuple[str, ...]], what: str) -> None:
     """encode_parts(rows) and encode_batch(joined rows) against the full-string encode of prefix + row + suffix; also
-    with a question-block cache (cold and warm) and with long pieces never split or cut at every safe line break
+    with a question-block cache (cold and warm) and with long pieces never split or cut at every safe place
     past 8 characters."""
     from startlux_native import prompt
 
