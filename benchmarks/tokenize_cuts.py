@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.host_path import DEFAULT_MANIFEST, InstantBackend, load_bodies
+from benchmarks.host_path import DEFAULT_MANIFEST, InstantBackend, load_bodies, quantiles
 
 
 class RecordingBackend(InstantBackend):
@@ -40,12 +39,6 @@ class RecordingBackend(InstantBackend):
     def letter_logits(self, rows):
         self.rows = [list(map(int, r)) for r in rows]
         return super().letter_logits(rows)
-
-
-def quantiles(values: list[float]) -> dict:
-    s = sorted(values)
-    return {"p50": statistics.median(s), "p95": s[max(math.ceil(0.95 * len(s)) - 1, 0)], "mean": statistics.fmean(s),
-            "max": s[-1]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     flat = {arm: [t for ts in times[arm].values() for t in ts] for arm in arms}
     paired = [b - a for a, b in zip(flat["A"], flat["B"], strict=True)]
     summary = {"manifest": str(args.manifest), "requests": len(bodies), "rounds": args.rounds, "gap_ms": args.gap_ms,
-               "split_chars": {arm: arms[arm][1] for arm in arms}, "tokenize_ms": {a: quantiles(flat[a]) for a in arms},
+               "split_chars": {arm: arms[arm][1] for arm in arms},
+               "tokenize_ms": {a: {**quantiles(flat[a]), "max": max(flat[a])} for a in arms},
                "paired_b_minus_a_ms": {"median": statistics.median(paired), "mean": statistics.fmean(paired)},
                "ids_differ": sorted(differ),
                "per_request_median_ms": {n: {a: statistics.median(times[a][n]) for a in arms} for n, _ in bodies}}
