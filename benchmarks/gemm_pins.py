@@ -54,7 +54,7 @@ import numpy as np
 
 from benchmarks.gemm_shapes import SHAPES, WORKSPACE, Bench, forward_ms, stage_operands
 from startlux_native import gemm_pins
-from startlux_native.cuda_backend import ladder_lengths
+from startlux_native.cuda_backend import COARSE_LADDER, ladder_lengths
 
 MIN_GAIN_US = 0.2
 MAX_REL_DIFF = 2e-2
@@ -73,7 +73,7 @@ def rows_and_ladder(rows_arg: str | None, max_rows: int) -> tuple[list[int], lis
     it reaches the longest of them, so lengths above --max-rows (a table extended past 8,192) get neighbours too."""
     rows = [int(v) for v in rows_arg.split(",")] if rows_arg else None
     top = max([max_rows] + (rows or []))
-    ladder = [m for m in ladder_lengths(SERVER_MAX_TOKENS) if m <= top]
+    ladder = [m for m in ladder_lengths(SERVER_MAX_TOKENS, COARSE_LADDER) if m <= top]  # the fine ladder inherits
     return (rows if rows is not None else [m for m in ladder if m <= max_rows]), ladder
 
 

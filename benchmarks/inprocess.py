@@ -130,7 +130,10 @@ BACKEND_SETTINGS = (("down-split", "down_split", "the down projection as K batch
                      "the last attention's q / gate projection at the read-out rows from 512 rows (off: every row)"),
                     ("gdn-norm", "gdn_norm",
                      "the GDN layers' gated RMSNorm inside the prefill's out kernel above 640 rows (off: a separate "
-                     "norm launch)"))
+                     "norm launch)"),
+                    ("fine-ladder", "fine_ladder",
+                     "64-row padding steps up to 4,096 rows, GEMM plans of the coarse length above (off: the coarse "
+                     "ladder)"))
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -151,7 +154,8 @@ def settings_of_b(args) -> bool:
 
 def describe_settings(b) -> str:
     return (f"down split {b.down_split_state}, gate sigmoid {b.gate_in_prep_state}, tail {b.tail_rows_state}, "
-            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}, GDN norm {b.gdn_norm_state}")
+            f"tail attention {b.tail_attention_state}, tail query {b.tail_query_state}, GDN norm {b.gdn_norm_state}, "
+            f"fine ladder {b.fine_ladder_state}")
 
 
 def summary(times: list[float]) -> dict:

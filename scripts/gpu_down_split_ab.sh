@@ -3,7 +3,8 @@
 # the default: the down projection's K split), gate-in-prep (lever 58: the attention gate's sigmoid in attn_prep) or
 # tail-rows (lever 60: the last layer's tail on the read-out rows only) or tail-attention (lever 61: the last
 # attention layer at the read-out rows only), tail-query (lever 62: its q / gate projection there too) or
-# gdn-norm (lever 65: each GDN layer's gated RMSNorm inside the prefill's out kernel, cs1_gdn_prefill_norm).
+# gdn-norm (lever 65: each GDN layer's gated RMSNorm inside the prefill's out kernel, cs1_gdn_prefill_norm) or
+# fine-ladder (lever 105: 64-row padding steps up to 4,096 rows, GEMM plans of the coarse length above).
 #   OUT=<folder> CS1_GIT_DESCRIBE=<commit> [SETTING=down-split] [STEPS="tests memcheck ops inab inba http"]
 #   [INPROCESS_LENGTHS=...] [INAB_REPEAT=60] [OPS_LENGTHS=128,160] [ROUNDS=4] [SKIP_BUILD=1] scripts/gpu_down_split_ab.sh
 # Steps:
@@ -11,8 +12,10 @@
 #             split, graph and 4B numpy reference tests (the 4B at 100 tokens runs the split); gate-in-prep:
 #             test_attention, test_elementwise, test_model's graph and 4B numpy reference tests
 #             tail-rows: test_readout_kernel and all of test_model; tail-attention: test_attention_rows and
-#             all of test_model; tail-query: all of test_model; gdn-norm: test_gdn_norm and all of test_model
-#   (http: down-split, tail-rows, tail-attention, tail-query and gdn-norm, the settings the server has a flag for)
+#             all of test_model; tail-query: all of test_model; gdn-norm: test_gdn_norm and all of test_model;
+#             fine-ladder: all of test_model
+#   (http: down-split, tail-rows, tail-attention, tail-query, gdn-norm and fine-ladder, the settings the server has
+#   a flag for)
 #   memcheck  compute-sanitizer memcheck of scripts/sanitize_driver.py 160 640 1024 (the split on at 160)
 #   ops       benchmarks/op_spans.py, A = off, B = auto, at OPS_LENGTHS
 #   inab      benchmarks/inprocess.py, A = off, B = auto (the largest logit difference between the arms per length)
@@ -37,7 +40,9 @@ case $SETTING in
   tail-attention) TESTS=(tests/gpu/test_attention_rows.py tests/gpu/test_model.py) ;;
   tail-query) TESTS=(tests/gpu/test_model.py) ;;
   gdn-norm) TESTS=(tests/gpu/test_gdn_norm.py tests/gpu/test_model.py) ;;
-  *) echo "SETTING must be down-split, gate-in-prep, tail-rows, tail-attention, tail-query or gdn-norm" >&2; exit 2 ;;
+  fine-ladder) TESTS=(tests/gpu/test_model.py) ;;
+  *) echo "SETTING must be down-split, gate-in-prep, tail-rows, tail-attention, tail-query, gdn-norm or fine-ladder" \
+       >&2; exit 2 ;;
 esac
 step() { [[ $STEPS == *" $1 "* ]]; }
 CKPT=${CKPT:-/tmp/bench4b}
@@ -96,7 +101,7 @@ if step inab && step inba; then
 fi
 ENV_NAME=CS1_$(echo "$SETTING" | tr a-z- A-Z_)  # the server's environment twin of the setting's flag
 if step http && [[ $SETTING == down-split || $SETTING == tail-rows || $SETTING == tail-attention \
-                  || $SETTING == tail-query || $SETTING == gdn-norm ]]; then
+                  || $SETTING == tail-query || $SETTING == gdn-norm || $SETTING == fine-ladder ]]; then
   ARMS="A B C" ENV_A="$ENV_NAME=off" ENV_B="$ENV_NAME=auto" ENV_C="$ENV_NAME=off" \
     ROUNDS=${ROUNDS:-4} OUT=$FINAL SKIP_BUILD=1 scripts/gpu_http_ab.sh >"$W/http.log" 2>&1
   say "http rc=$?"

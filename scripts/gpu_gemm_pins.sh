@@ -64,9 +64,9 @@ if step tests; then
 fi
 TABLE=${TABLE:-}
 MIN_ROWS=${PIN_MIN_ROWS:-0}
-# the padded lengths measured: the ladder in (PIN_MIN_ROWS, PIN_MAX_ROWS]
-LADDER=$(python3 -c "from startlux_native.cuda_backend import ladder_lengths as L; \
-print(','.join(str(m) for m in L(32768) if $MIN_ROWS < m <= ${PIN_MAX_ROWS:-8192}))")
+# the padded lengths measured: the coarse ladder in (PIN_MIN_ROWS, PIN_MAX_ROWS] (the fine ladder inherits its plans)
+LADDER=$(python3 -c "from startlux_native.cuda_backend import COARSE_LADDER, ladder_lengths as L; \
+print(','.join(str(m) for m in L(32768, COARSE_LADDER) if $MIN_ROWS < m <= ${PIN_MAX_ROWS:-8192}))")
 if step pins; then
   if [ "$MIN_ROWS" -gt 0 ]; then  # extend the shipped table with the new lengths
     timeout "${PINS_TIMEOUT:-300}" python3 -m benchmarks.gemm_pins --rows "$LADDER" \

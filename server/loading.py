@@ -133,10 +133,12 @@ def load(settings: Settings) -> Loaded:
                               max_tokens=settings.max_prompt_tokens, max_rows=CUDA_MAX_ROWS, graphs=settings.graphs,
                               gemm_pins=settings.gemm_pins, down_split=settings.down_split,
                               tail_rows=settings.tail_rows, tail_attention=settings.tail_attention,
-                              tail_query=settings.tail_query, gdn_norm=settings.gdn_norm)
-        log.info("GEMM pins: %s; down projection split: %s; %s; %s; %s; GDN norm: %s", backend.gemm_pins_state,
-                 backend.down_split_state, backend.tail_rows_state, backend.tail_attention_state,
-                 backend.tail_query_state, backend.gdn_norm_state)
+                              tail_query=settings.tail_query, gdn_norm=settings.gdn_norm,
+                              fine_ladder=settings.fine_ladder)
+        log.info("GEMM pins: %s; down projection split: %s; %s; %s; %s; GDN norm: %s; fine ladder: %s",
+                 backend.gemm_pins_state, backend.down_split_state, backend.tail_rows_state,
+                 backend.tail_attention_state, backend.tail_query_state, backend.gdn_norm_state,
+                 backend.fine_ladder_state)
         if settings.graphs:
             captured = backend.capture_graphs()
             log.info("captured %d CUDA graphs (one prompt per padded length)", captured)

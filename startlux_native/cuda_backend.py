@@ -34,10 +34,16 @@ I32 = 4
 
 
 # Padded lengths: fine steps where most prompts are (padding rows cost GEMM and kernel time), coarser above (steps
-# of <= 25 %); above the ladder, multiples of 1024.
-PAD_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(range(1152, 2049, 128))
-              + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
-MAX_GRAPHS = 128
+# of <= 25 %); above the ladder, multiples of 1024. The GEMM plans (pin tables, benchmarks/gemm_pins.py) are chosen
+# at COARSE_LADDER's lengths.
+COARSE_LADDER = (tuple(range(16, 513, 16)) + tuple(range(576, 1025, 64)) + tuple(range(1152, 2049, 128))
+                 + tuple(range(2304, 4097, 256)) + tuple(range(4608, 8193, 512)))
+# fine_ladder="auto" (LEVERS 105): 64-row steps up to 4,096 rows as well, where Public231's p95 prompts are (2.5-3.9k
+# tokens, ~5 % padding on COARSE_LADDER). A length that COARSE_LADDER lacks runs every GEMM with the plan of the
+# COARSE_LADDER length above it (CudaBackend._inherit_plans): the kernels of that length, on fewer rows.
+FINE_LADDER = tuple(sorted(set(COARSE_LADDER) | set(range(1088, 4097, 64))))
+PAD_LADDER = FINE_LADDER  # the default ladder
+MAX_GRAPHS = 160  # the fine ladder's 96 single-prompt graphs of start-up, and 64 more for packed questions
 # The down projection (N = hidden, K = intermediate) as a K split into batches with fp32 partials, summed by the
 # add_rms_norm that follows it (LEVERS 50, 51): at prompt-sized M cuBLASLt's one GEMM adds its own split-K in a
 # second pass. Up to DOWN_SPLIT_MAX_ROWS padded rows; above them the GEMM is compute-bound and the partials' bytes
@@ -55,15 +61,15 @@ def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
-def ladder_lengths(cap: int) -> list[int]:
+def ladder_lengths(cap: int, ladder: Sequence[int] = PAD_LADDER) -> list[int]:
     """Every padded length a forward of at most cap rows can have, in order (the GEMM row counts that occur)."""
-    out = [m for m in PAD_LADDER if m < cap] + list(range(_round_up(PAD_LADDER[-1] + 1, 1024), cap, 1024))
+    out = [m for m in ladder if m < cap] + list(range(_round_up(ladder[-1] + 1, 1024), cap, 1024))
     return out + [cap] if cap >= 1 else out
 
 
-def padded_length(T: int, cap: int) -> int:
+def padded_length(T: int, cap: int, ladder: Sequence[int] = PAD_LADDER) -> int:
     """The ladder length for T real tokens, never above cap."""
-    for step in PAD_LADDER:
+    for step in ladder:
         if step >= T:
             return min(step, cap)
     return min(_round_up(T, 1024), cap)
@@ -125,14 +131,16 @@ class CudaBackend:
     projection and prep run at the read-out rows alone; keys and values at every row) or "off". `gdn_norm` is
     "auto" (each GDN layer's prefill and gated RMSNorm as one call, cs1_gdn_prefill_norm: above 640 rows the prefill's
     out kernel normalises its own tile, so O is never written nor read back) or "off" (cs1_gdn_prefill, then
-    cs1_gated_rms_norm); both give the same bytes on every prompt row."""
+    cs1_gated_rms_norm); both give the same bytes on every prompt row. `fine_ladder` is "auto" (prompts pad to
+    FINE_LADDER, each of its lengths that COARSE_LADDER lacks running the GEMM plans of the COARSE_LADDER length above
+    it) or "off" (COARSE_LADDER)."""
 
     name = "cuda"
 
     def __init__(self, checkpoint, *, library=None, device: int = 0, max_tokens: int = 32768,
                  max_rows: int = 256, graphs: bool = True, gemm_pins: str = "auto", down_split: str = "auto",
                  gate_in_prep: str = "auto", tail_rows: str = "auto", tail_attention: str = "auto",
-                 tail_query: str = "auto", gdn_norm: str = "auto"):
+                 tail_query: str = "auto", gdn_norm: str = "auto", fine_ladder: str = "auto"):
         self.checkpoint = checkpoint
         self.config = cfg = checkpoint.config
         self.profile = checkpoint.profile
@@ -187,6 +195,11 @@ class CudaBackend:
         self.gdn_norm = gdn_norm == "auto"
         self.gdn_norm_state = ("the gated RMSNorm inside the GDN prefill's out kernel above 640 rows" if self.gdn_norm
                                else "off (option)")
+        if fine_ladder not in ("auto", "off"):
+            raise ValueError(f"fine_ladder must be 'auto' or 'off', not {fine_ladder!r}")
+        self.fine_ladder = fine_ladder == "auto"
+        self.ladder = FINE_LADDER if self.fine_ladder else COARSE_LADDER
+        self.inherited_plans = 0  # GEMM plans that fine-ladder lengths take from COARSE_LADDER (_inherit_plans)
         self.graphs_enabled = bool(graphs)
         self.graph_state = "enabled" if graphs else "disabled by option"
         self._graphs: dict[tuple[int, int, str], object] = {}  # (padded T, rows, attention mode) -> graph exec
@@ -197,6 +210,7 @@ class CudaBackend:
         self.stream = self.gemm = None
         self.weight_bytes = 0
         self.gemm_pins_state = "not applied"
+        self._pin_table = None
         try:
             self._call("cs1_set_device", self.device)
             s = self.ffi.new("void **")
@@ -207,6 +221,7 @@ class CudaBackend:
             self.gemm = g[0]
             self._pin_gemms(gemm_pins)
             self._load_weights()
+            self._inherit_plans()
             self._allocate_scratch()
         except BaseException:
             self.close()
@@ -224,6 +239,49 @@ class CudaBackend:
             raise BackendError(f"CUDA backend: {exc}", sticky=exc.sticky) from exc
         if table is not None:
             gemm_pins.apply(self.lib, self.gemm, table)
+        self._pin_table = table
+
+    def _row_gemm_shapes(self) -> set[tuple[int, int]]:
+        """(N, K) of every GEMM that _enqueue runs at the padded row count (not the tail's, at the read-out rows)."""
+        h, kinds = self.config.hidden_size, set(self.config.layer_types)
+        shapes = {(self.n_mlp, h), (h, self.config.intermediate_size)}
+        if "linear_attention" in kinds:
+            shapes |= {(self.n_gdn, h), (h, self.value_dim)}
+        if kinds - {"linear_attention"}:
+            width = self.hq * self.dh
+            shapes |= {(self.n_attn, h), (h, width)}
+            if self.tail_query:  # the last attention's k | v columns alone (from TAIL_QUERY_MIN_ROWS rows)
+                shapes.add((self.n_attn - 2 * width, h))
+        return shapes
+
+    @property
+    def fine_ladder_state(self) -> str:
+        if not self.fine_ladder:
+            return "off (option): the coarse ladder"
+        return (f"64-row steps up to 4,096 rows; {self.inherited_plans} GEMM plans taken from the coarse ladder's "
+                f"next length")
+
+    def _inherit_plans(self) -> None:
+        """With the fine ladder, each padded length that COARSE_LADDER lacks runs every GEMM with the plan of the
+        COARSE_LADDER length above it: that length's pin where the table has one, else cuBLASLt's first choice asked
+        at that length (cs1_gemm_pin). So a prompt runs the GEMM algorithms it ran on COARSE_LADDER, on fewer rows,
+        and a pin table needs no lengths beyond COARSE_LADDER's. A pin the table holds for the length itself wins."""
+        if not self.fine_ladder:
+            return
+        table = {(p.N, p.K, p.M): p for p in self._pin_table.pins} if self._pin_table is not None else {}
+        coarse = set(ladder_lengths(self.max_tokens, COARSE_LADDER))
+        shapes = sorted(self._row_gemm_shapes())
+        for M in ladder_lengths(self.max_tokens, self.ladder):
+            if M in coarse:
+                continue
+            L = padded_length(M, self.max_tokens, COARSE_LADDER)
+            for N, K in shapes:
+                if (N, K, M) in table:
+                    continue
+                pin = table.get((N, K, L))
+                query_rows, rank = (pin.query_rows, pin.rank) if pin is not None else (L, 0)
+                self._call("cs1_gemm_pin", self.gemm, M, N, K, query_rows, rank)
+                self.inherited_plans += 1
 
     @staticmethod
     def split_count(inter: int) -> int:
@@ -404,7 +462,7 @@ class CudaBackend:
         n = len(arrays)
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=n)
         real = int(lengths.sum())
-        T = padded_length(real, self.max_tokens)
+        T = padded_length(real, self.max_tokens, self.ladder)
         cu = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=cu[1:])
         v = self.host_io_view
@@ -598,10 +656,12 @@ class CudaBackend:
         self.graphs_enabled = False
         self.graph_state = f"disabled: {reason}"
 
-    def capture_graphs(self, lengths: Sequence[int] = PAD_LADDER, rows: int = 1) -> int:
-        """Pre-capture graphs for single prompts of the given lengths (start-up warm-up); returns how many exist."""
+    def capture_graphs(self, lengths: Sequence[int] | None = None, rows: int = 1) -> int:
+        """Pre-capture graphs for single prompts of the given lengths (default: the ladder's; start-up warm-up);
+        returns how many exist."""
         if not self.graphs_enabled:
             return 0
+        lengths = self.ladder if lengths is None else lengths
         rng = np.random.default_rng(0)
         with self._lock:
             for L in lengths:
@@ -661,6 +721,7 @@ class CudaBackend:
             "tail_attention": self.tail_attention_state,
             "tail_query": self.tail_query_state,
             "gdn_norm": self.gdn_norm_state,
+            "fine_ladder": self.fine_ladder_state,
             "weight_bytes": self.weight_bytes,
             "scratch_bytes": self.scratch_bytes,
             "model": self.profile.describe(),

@@ -11,6 +11,8 @@ hide wiring errors behind rounding noise.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,9 @@ class FakeLibrary(abi.Library):
         self.gather_calls = 0  # cs1_gather_rows calls
         self.rows_attention_calls = 0  # cs1_attention_gated_rows calls
         self.prefill_norm_calls = 0  # cs1_gdn_prefill_norm calls
+        self.pins: dict[tuple[int, int, int], tuple[int, int]] = {}  # cs1_gemm_pin: (M, N, K) -> (query_rows, rank)
+        self.gemm_shapes: set[tuple[int, int, int]] = set()  # (M, N, K) of every cs1_gemm call
+        self.embed_rows: list[int] = []  # T of every cs1_embed call: the padded length of each forward
         self._sigmoid_gate = False
 
     def build_info(self) -> str:
@@ -112,6 +117,10 @@ class FakeLibrary(abi.Library):
         out[0] = 1  # no shipped pin table matches this key: the default plans ("none: ..." in describe())
         return 0
 
+    def cs1_gemm_pin(self, g, M, N, K, query_rows, rank):
+        self.pins[(M, N, K)] = (query_rows, rank)
+        return 0
+
     def cs1_malloc(self, out, nbytes):
         out[0] = self._new(nbytes)
         return 0
@@ -144,6 +153,7 @@ class FakeLibrary(abi.Library):
 
     # ---- ops
     def cs1_embed(self, ids, table, out, T, D, vocab, s):
+        self.embed_rows.append(T)
         idx = self.view(ids, np.int32, T)
         self.rows(out, np.uint16, T, D, D)[...] = self.rows(table, np.uint16, vocab, D, D)[idx]
         return 0
@@ -163,6 +173,7 @@ class FakeLibrary(abi.Library):
         return 0
 
     def cs1_gemm(self, g, x, ldx, w, y, ldy, M, N, K, s):
+        self.gemm_shapes.add((M, N, K))
         # float64 products: a row's result does not depend on M (numpy's float32 blocking would)
         self.put(y, self.bf(x, M, K, ldx).astype(np.float64) @ self.bf(w, N, K).T.astype(np.float64), M, N, ldy)
         return 0
@@ -456,3 +467,62 @@ def test_tail_attention_steps_aside_for_an_unsupported_query_group(tmp_path):
     assert lib.rows_attention_calls == 0
     ref = ReferenceBackend(ck).letter_logits(rows)
     assert np.abs(probs(got) - probs(ref)).max() <= 0.02
+
+
+class PinnedDeviceLibrary(FakeLibrary):
+    """The fake on a device that a pin table can name (compute capability 9.0, 132 SMs, 140 GiB)."""
+
+    def cs1_device_info(self, d, a, b, c, t):
+        a[0], b[0], c[0], t[0] = 9, 0, 132, 140 << 30
+        return 0
+
+
+def test_fine_ladder_runs_the_coarse_lengths_gemm_plans_on_fewer_rows(tiny_folder, tmp_path):
+    """fine_ladder="auto": a prompt of 1,050 tokens pads to 1,088 rows (1,152 on the coarse ladder), and every GEMM
+    that its forward runs at 1,088 rows was pinned, before any plan, to what 1,152 rows run: the table's pin there,
+    else cuBLASLt's first choice asked at 1,152 rows; the table's own pin at 1,088 wins. "off" pads to 1,152 and
+    inherits nothing. The logits are the same either way (the fake's GEMMs are exact per row; padding is masked)."""
+    from startlux_native import gemm_pins
+
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    h = TINY["hidden_size"]
+    row = np.random.default_rng(12).integers(100, TINY["vocab_size"], 1050).astype(np.int32)
+    with CudaBackend(ck, library=PinnedDeviceLibrary(), max_tokens=1200, max_rows=2, graphs=False,
+                     gemm_pins="off") as be:
+        shapes = be._row_gemm_shapes()
+        key = gemm_pins.device_key(be.lib, be.device)
+    mlp = (be.n_mlp, h)
+    down = (h, TINY["intermediate_size"])
+    table = tmp_path / "pins.json"
+    table.write_text(json.dumps({"format": gemm_pins.FORMAT, "device": key.as_json(), "pins": [
+        {"N": mlp[0], "K": mlp[1], "M": 1152, "query_rows": 1200, "rank": 2},  # inherited by 1,088
+        {"N": down[0], "K": down[1], "M": 1088, "query_rows": 1088, "rank": 3}]}))  # 1,088's own
+    out = {}
+    for spec in ("auto", "off"):
+        lib = PinnedDeviceLibrary()
+        with CudaBackend(ck, library=lib, max_tokens=1200, max_rows=2, graphs=False, gemm_pins=str(table),
+                         fine_ladder=spec) as be:
+            state = be.describe()["fine_ladder"]
+            out[spec] = be.letter_logits([row])
+        row_gemms = {(N, K) for M, N, K in lib.gemm_shapes if M == lib.embed_rows[0]}
+        print(f"fine_ladder={spec}: {state}; {lib.embed_rows[0]} rows; pins {sorted(lib.pins.items())[:3]} ...")
+        if spec == "off":
+            assert lib.embed_rows == [1152] and state.startswith("off")
+            assert set(lib.pins) == {(1152, *mlp), (1088, *down)}  # the table alone
+            continue
+        assert lib.embed_rows == [1088]
+        assert row_gemms == shapes and len(shapes) == 7  # GDN in / out, qkv, o, the last k | v, gate / up, down
+        for N, K in shapes:
+            want = {mlp: (1200, 2), down: (1088, 3)}.get((N, K), (1152, 0))
+            assert lib.pins[(1088, N, K)] == want, (N, K)
+        # every fine-only length below the cap, every shape: 1,088 only here (1,216 > 1,200 = the cap's own length)
+        inherited = {k for k in lib.pins if k[0] not in (1152,)} - {(1088, *down)}
+        assert inherited == {(1088, N, K) for N, K in shapes} - {(1088, *down)}
+        assert state.startswith("64-row steps") and f"{len(inherited)} GEMM plans" in state
+    assert np.abs(out["auto"] - out["off"]).max() <= 1e-5
+
+
+def test_fine_ladder_setting_is_checked(tiny_folder):
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    with pytest.raises(ValueError, match="fine_ladder must be 'auto' or 'off'"):
+        CudaBackend(ck, library=FakeLibrary(), max_tokens=64, graphs=False, fine_ladder="on")

@@ -46,6 +46,8 @@ def test_environment_twins_and_flag_precedence():
     assert parse(["--demo"], {"CS1_TAIL_ATTENTION": "off"}).tail_attention == "off"
     assert Settings().tail_query == "auto" and parse(["--demo", "--tail-query", "off"], {}).tail_query == "off"
     assert Settings().gdn_norm == "auto" and parse(["--demo"], {"CS1_GDN_NORM": "off"}).gdn_norm == "off"
+    assert Settings().fine_ladder == "auto" and parse(["--demo"], {"CS1_FINE_LADDER": "off"}).fine_ladder == "off"
+    assert parse(["--demo", "--fine-ladder", "auto"], {"CS1_FINE_LADDER": "off"}).fine_ladder == "auto"
 
 
 def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
@@ -62,7 +64,8 @@ def test_parallel_tokenize_sets_the_tokenizers_switch(monkeypatch):
                                       ([], {"CS1_DEMO": "maybe"}), (["--demo"], {"CS1_BACKEND": "tpu"}),
                                       (["--demo", "--token-cache", "-1"], {}), (["--demo"], {"CS1_TOKEN_CACHE": "x"}),
                                       (["--demo", "--tail-rows", "on"], {}), (["--demo"], {"CS1_TAIL_ROWS": "1"}),
-                                      (["--demo", "--tail-attention", "yes"], {})])
+                                      (["--demo", "--tail-attention", "yes"], {}),
+                                      (["--demo", "--fine-ladder", "64"], {})])
 def test_bad_settings_are_refused_with_a_message(argv, env, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv, env)

@@ -493,6 +493,39 @@ def test_gemm_pin_table_applies_and_matches_reference(cs1, tiny_folder, rng, tmp
     compare("tiny bidirectional, pinned GEMMs", got, ReferenceBackend(ck).letter_logits(rows), TINY_LENGTHS)
 
 
+def test_fine_ladder_runs_the_coarse_plans_on_fewer_rows(cs1, tiny_folder, rng):
+    """fine_ladder="auto" pads a 1,050-token prompt to 1,088 rows (1,152 on the coarse ladder, "off"), and each of
+    that forward's GEMMs runs the algorithm cuBLASLt lists first at 1,152 rows (plan_info: query rows 1,152, rank
+    0) where it passes cuBLASLt's check at 1,088. The two settings' logits agree within the parity tolerance (the
+    largest difference printed), and each setting's graph replays its eager bytes."""
+    ck = load_checkpoint(tiny_folder, attention_mode="bidirectional", require_tokenizer=False)
+    rows = random_rows(rng, [1050], TINY["vocab_size"])
+    out = {}
+    for spec in ("off", "auto"):
+        with CudaBackend(ck, library=cs1, max_tokens=1200, max_rows=2, graphs=True, gemm_pins="off",
+                         fine_ladder=spec) as be:
+            T, _ = be._prepare(rows)
+            assert T == (1088 if spec == "auto" else 1152)
+            out[spec] = be._forward(rows, use_graph=False)
+            be._forward(rows, use_graph=True)  # eager + capture
+            assert be._forward(rows, use_graph=True).tobytes() == out[spec].tobytes()
+            ffi = be.ffi
+            idx, qrows, us = ffi.new("int32_t *"), ffi.new("int64_t *"), ffi.new("float *")
+            plans = {}
+            for N, K in sorted(be._row_gemm_shapes()):
+                be.lib.cs1_gemm_plan_info(be.gemm, T, N, K, idx, qrows, us)
+                plans[(N, K)] = (int(qrows[0]), int(idx[0]))
+            print(f"fine_ladder={spec}: {be.describe()['fine_ladder']}; {T} rows; plans (query rows, rank) {plans}")
+        if spec == "auto":
+            assert sum(p == (1152, 0) for p in plans.values()) >= len(plans) - 1  # one may fail the check at 1,088
+            assert all(p in ((1152, 0), (1088, 0)) for p in plans.values())
+        else:
+            assert all(p == (1152, 0) for p in plans.values())
+    compare("fine vs coarse ladder", out["auto"], out["off"], [1050])
+    print(f"fine vs coarse ladder: max |dlogit| {np.abs(out['auto'] - out['off']).max():.3e}")
+    compare("fine ladder vs reference", out["auto"], ReferenceBackend(ck).letter_logits(rows), [1050])
+
+
 def test_gemm_pin_table_of_another_device_is_refused(cs1, tiny_folder, tmp_path):
     import dataclasses
 
