@@ -49,7 +49,7 @@ def ready_runtime(limit: int = 4096, engine: FakeEngine | None = None) -> Runtim
 
 
 def test_default_limit_is_on():
-    assert Settings().inline_max_bytes == 4096
+    assert Settings().inline_max_bytes == 32768
 
 
 @pytest.mark.parametrize(("limit", "body", "expected"), [
