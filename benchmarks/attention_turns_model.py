@@ -1,7 +1,7 @@
 """A model of the two-head wgmma attention's synchronization (gated_attention_wgmma_pair_kernel), checked over random
 interleavings for every tile count up to a bound. Two schedules:
 - `turns` (lever 101, main): a head's turn is S(kt), then, after its softmax, P V(kt);
-- `bundles` (lever 104, `benchmarks/prepared/104-attention-bundles.patch`): S(0) alone, then a head's turn is
+- `bundles` (lever 104, refused in session 42; branch `exp/s41-104`): S(0) alone, then a head's turn is
   P V(kt) with S(kt + 1).
 
     python3 -m benchmarks.attention_turns_model [--schedule turns|bundles] [--max-tiles 8] [--trials 2000]
