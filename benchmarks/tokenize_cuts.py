@@ -1,11 +1,13 @@
 """Where long evidence may be cut before tokenizing, A/B in one process: the engine's tokenize stage per request.
 
     python -m benchmarks.tokenize_cuts [--checkpoint DIR] [--manifest FILE] [--rounds 4] [--gap-ms 5]
-        [--split-chars-b N] [--output FILE.json]
+        [--cuts-a line|safe] [--split-chars-b N] [--output FILE.json]
 
-Arm A cuts long pieces at safe line breaks only (tokenizer.LINE_CUTS, the rule before LEVERS 106); arm B at every
-safe place (tokenizer.SAFE_CUTS: also before a space that follows a non-whitespace character), with
---split-chars-b characters per part if given (default the encoder's own, WrappedEncoder.SPLIT_CHARS). Every manifest
+Arm A cuts long pieces at safe line breaks only (tokenizer.LINE_CUTS, the rule before LEVERS 106; with --cuts-a
+safe, at every safe place as B does); arm B at every safe place (tokenizer.SAFE_CUTS: also before a space that
+follows a non-whitespace character), with --split-chars-b characters per part if given (default the encoder's own,
+WrappedEncoder.SPLIT_CHARS, which arm A always uses). So `--cuts-a safe --split-chars-b 512` compares part sizes
+alone, the cut rule the same in both arms. Every manifest
 request goes through Engine.decide with the instant fake backend (benchmarks/host_path.py: the real tokenizer,
 renderer and read-out, no forward), the two arms back to back in alternating order, and --gap-ms of sleep before
 each call, as a server idles through a forward between requests (lever 41b: an idle CPU makes the next call
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
     p.add_argument("--rounds", type=int, default=4, help="traversals of the manifest (default 4)")
     p.add_argument("--gap-ms", type=float, default=5.0, help="sleep before each call (default 5)")
+    p.add_argument("--cuts-a", choices=("line", "safe"), default="line",
+                   help="arm A's cuts: line breaks only (default) or every safe place, as arm B")
     p.add_argument("--split-chars-b", type=int, default=None, help="arm B's characters per part")
     p.add_argument("--output", type=Path, default=None, help="write the summary JSON here")
     args = p.parse_args(argv)
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         loading.BACKEND_OVERRIDE = None
     engine, backend = loaded.engine, loaded.engine.backend
     enc = engine.wrapped_encoder
-    arms = {"A": (tokenizer.LINE_CUTS, enc.split_chars),
+    arms = {"A": (tokenizer.LINE_CUTS if args.cuts_a == "line" else tokenizer.SAFE_CUTS, enc.split_chars),
             "B": (tokenizer.SAFE_CUTS, enc.split_chars if args.split_chars_b is None else args.split_chars_b)}
     bodies = [(name, json.loads(body)) for name, body in load_bodies(args.manifest)]
     times: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
@@ -86,13 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     flat = {arm: [t for ts in times[arm].values() for t in ts] for arm in arms}
     paired = [b - a for a, b in zip(flat["A"], flat["B"], strict=True)]
     summary = {"manifest": str(args.manifest), "requests": len(bodies), "rounds": args.rounds, "gap_ms": args.gap_ms,
-               "split_chars": {arm: arms[arm][1] for arm in arms},
+               "cuts": {"A": args.cuts_a, "B": "safe"}, "split_chars": {arm: arms[arm][1] for arm in arms},
                "tokenize_ms": {a: {**quantiles(flat[a]), "max": max(flat[a])} for a in arms},
                "paired_b_minus_a_ms": {"median": statistics.median(paired), "mean": statistics.fmean(paired)},
                "ids_differ": sorted(differ),
                "per_request_median_ms": {n: {a: statistics.median(times[a][n]) for a in arms} for n, _ in bodies}}
-    print(f"{len(bodies)} requests x {args.rounds} rounds, gap {args.gap_ms} ms; A: line breaks only, B: every safe "
-          f"place; characters per part A {arms['A'][1]}, B {arms['B'][1]}")
+    a_cuts = "line breaks only" if args.cuts_a == "line" else "every safe place"
+    print(f"{len(bodies)} requests x {args.rounds} rounds, gap {args.gap_ms} ms; A: {a_cuts}, B: every safe place; "
+          f"characters per part A {arms['A'][1]}, B {arms['B'][1]}")
     for arm in arms:
         q = summary["tokenize_ms"][arm]
         print(f"arm {arm} tokenize  p50 {q['p50']:.3f}  p95 {q['p95']:.3f}  mean {q['mean']:.3f}  "

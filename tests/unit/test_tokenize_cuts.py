@@ -26,8 +26,23 @@ def test_tokenize_cuts_runs_both_arms_and_finds_the_same_ids(tmp_path, monkeypat
     summary = json.loads(out.read_text())
     assert rc == 0 and summary["ids_differ"] == [] and summary["requests"] == 2
     assert set(summary["per_request_median_ms"]) == {"json-state", "short"}
-    assert summary["split_chars"] == {"A": 1024, "B": 1024}
+    assert summary["split_chars"] == {"A": 1024, "B": 1024} and summary["cuts"] == {"A": "line", "B": "safe"}
     assert all(summary["tokenize_ms"][arm]["p50"] > 0 for arm in "AB")
     from server import loading
 
     assert loading.BACKEND_OVERRIDE is None  # the fake backend does not leak into later loads
+
+
+def test_tokenize_cuts_compares_part_sizes_with_the_same_cuts(tmp_path, monkeypatch):
+    """--cuts-a safe --split-chars-b N: both arms cut at every safe place, only the part size differs."""
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    state = " ".join(f"word{i}," for i in range(900))  # one line, ~7k characters: only space cuts
+    question = {"type": "noul", "instructions": "Is it long?"}
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"id": "prose", "request": {"state": state, "questions": {"q": question}}}) + "\n")
+    out = tmp_path / "s.json"
+    rc = tokenize_cuts.main(["--manifest", str(manifest), "--rounds", "1", "--gap-ms", "0", "--cuts-a", "safe",
+                             "--split-chars-b", "512", "--output", str(out)])
+    summary = json.loads(out.read_text())
+    assert rc == 0 and summary["ids_differ"] == []
+    assert summary["cuts"] == {"A": "safe", "B": "safe"} and summary["split_chars"] == {"A": 1024, "B": 512}
